@@ -19,6 +19,8 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// How much of an error reply is read, only to log it: enough for a provider's message, not
 /// enough for a hostile one to cost memory or time.
 const ERROR_BODY_SNIPPET_BYTES: usize = 4 * 1024;
+/// How long the error-reply reader may wait for that snippet.
+const ERROR_BODY_SNIPPET_WAIT: Duration = Duration::from_secs(2);
 
 /// Everything one client needs; the caller derives it from the board's configuration.
 #[derive(Clone)]
@@ -300,7 +302,7 @@ impl AuxClient {
         let status = response.status();
         if !status.is_success() {
             let error = status_error(status.as_u16(), response.headers(), SystemTime::now());
-            log_error_snippet(&mut response, &error).await;
+            log_error_snippet(response, &error);
             return Err(error);
         }
 
@@ -409,21 +411,32 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
-/// Reads a little of an error reply for the log; failures here change nothing.
-async fn log_error_snippet(response: &mut reqwest::Response, error: &AuxError) {
-    let mut snippet = Vec::new();
-    while snippet.len() < ERROR_BODY_SNIPPET_BYTES {
-        match response.chunk().await {
-            Ok(Some(chunk)) => snippet.extend_from_slice(&chunk),
-            Ok(None) | Err(_) => break,
-        }
+/// Logs the start of an error reply at debug level. The status already decided the error, so
+/// the body is read off the caller's path: a provider that sends a 500 and then stalls must not
+/// turn a server error into a timeout.
+fn log_error_snippet(mut response: reqwest::Response, error: &AuxError) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
     }
-    snippet.truncate(ERROR_BODY_SNIPPET_BYTES);
-    tracing::debug!(
-        outcome = error.outcome(),
-        body = %String::from_utf8_lossy(&snippet),
-        "aux provider returned an error status"
-    );
+    let outcome = error.outcome();
+    tokio::spawn(async move {
+        let mut snippet = Vec::new();
+        let read = async {
+            while snippet.len() < ERROR_BODY_SNIPPET_BYTES {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => snippet.extend_from_slice(&chunk),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(ERROR_BODY_SNIPPET_WAIT, read).await;
+        snippet.truncate(ERROR_BODY_SNIPPET_BYTES);
+        tracing::debug!(
+            outcome,
+            body = %String::from_utf8_lossy(&snippet),
+            "aux provider returned an error status"
+        );
+    });
 }
 
 /// The whole body, refusing to hold more than `limit` bytes.

@@ -369,6 +369,23 @@ async fn done_then_an_open_connection_is_not_waited_on() {
 }
 
 #[tokio::test]
+async fn error_status_then_a_stalled_body_is_still_the_status_error() {
+    // Debug logging on, so the error body is read (off the request's path) for the log.
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_test_writer()
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let server = RawServer::start(
+        b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100000\r\n\r\n{\"error\":".to_vec(),
+    );
+    let started = Instant::now();
+    let result = send_with(settings(&server.base_url)).await;
+    assert_eq!(result, Err(AuxError::Server { status: 500 }));
+    assert!(started.elapsed() < TIMEOUT, "waited on the error body");
+}
+
+#[tokio::test]
 async fn body_of_2_mib_is_too_large() {
     let server = server_replying(
         ResponseTemplate::new(200).set_body_json(chat_json(&"x".repeat(2 * 1024 * 1024))),
