@@ -200,11 +200,18 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
-            // clap prints help/version on stdout and usage errors (with usage) on stderr.
+            // clap prints help/version on stdout and usage errors on stderr.
             let _ = e.print();
+            let rendered = e.render().to_string();
+            if e.use_stderr() && !rendered.contains("Usage:") {
+                // Value errors (a non-numeric --priority, an unknown --status) come without
+                // the usage line; a person fixing the command wants to see it.
+                eprintln_safely(&format!("\n{}", usage_for(&args)));
+            }
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
@@ -246,6 +253,29 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
         },
         Command::Gateway(GatewayCommand::Run(a)) => gateway::run(&ctx, a),
     }
+}
+
+/// The usage line of the deepest subcommand named in `args`.
+fn usage_for(args: &[OsString]) -> String {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    cmd.build();
+    let words: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    deepest_usage(&mut cmd, &words)
+}
+
+fn deepest_usage(cmd: &mut clap::Command, words: &[&str]) -> String {
+    if let Some((first, rest)) = words.split_first() {
+        if let Some(sub) = cmd.find_subcommand_mut(first) {
+            return deepest_usage(sub, rest);
+        }
+    }
+    cmd.render_usage().to_string()
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
