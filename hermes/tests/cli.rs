@@ -444,3 +444,32 @@ fn hermes_home_defaults_to_dot_hermes_under_home() {
     assert!(out.success(), "{out:?}");
     assert!(s.home().join(".hermes/kanban.db").is_file());
 }
+
+#[test]
+fn concurrent_first_use_of_a_fresh_board_loses_no_card() {
+    let s = Scratch::new();
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let mut cmd = s.command(&[
+                "kanban",
+                "create",
+                &format!("racer {i}"),
+                "--triage",
+                "--json",
+            ]);
+            cmd.stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().expect("spawning hermes")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("waiting for hermes");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+    }
+    assert_eq!(rows(&s.db(), "SELECT count(*) FROM tasks"), 8);
+    assert_eq!(
+        rows(&s.db(), "SELECT count(*) FROM hermes_decompose_state"),
+        8
+    );
+}

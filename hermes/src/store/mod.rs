@@ -15,13 +15,16 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 use serde_json::Value;
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// Pause between tries when another process is switching a fresh board's journal mode.
+const WAL_SWITCH_RETRY: Duration = Duration::from_millis(20);
 
 /// The first 16 bytes of every SQLite 3 database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
@@ -472,23 +475,51 @@ impl Store {
     }
 
     fn configure(&self) -> Result<(), StoreError> {
-        let mode: String = self
-            .conn
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-            .sql("reading the journal mode")
-            .map_err(|e| locate(&self.path, e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            // Some filesystems refuse WAL; SQLite then reports the mode it kept, and the board
-            // still works (just with coarser locking), so that is not an error.
-            self.conn
-                .query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))
-                .sql("switching to WAL mode")
-                .map_err(|e| locate(&self.path, e))?;
-        }
+        self.enable_wal()?;
         self.conn
             .execute_batch("PRAGMA synchronous=FULL")
             .sql("setting synchronous=FULL")?;
         Ok(())
+    }
+
+    /// Switches the file to WAL unless it already is. Changing the journal mode needs every
+    /// other connection out of the way, and SQLite reports a conflict at once instead of
+    /// calling the busy handler, so processes opening a fresh board together retry here,
+    /// within the same [`BUSY_TIMEOUT`] as any write.
+    fn enable_wal(&self) -> Result<(), StoreError> {
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        loop {
+            let attempt = self
+                .conn
+                .query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0))
+                .and_then(|mode| {
+                    if mode.eq_ignore_ascii_case("wal") {
+                        Ok(mode)
+                    } else {
+                        // Some filesystems refuse WAL; SQLite then reports the mode it kept and
+                        // the board still works (with coarser locking), so that is not an error.
+                        self.conn
+                            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))
+                    }
+                });
+            match attempt {
+                Ok(_) => return Ok(()),
+                Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(WAL_SWITCH_RETRY);
+                }
+                Err(e) if is_busy(&e) => {
+                    return Err(StoreError::Locked {
+                        path: self.path.clone(),
+                    })
+                }
+                Err(source) => {
+                    return Err(StoreError::Sql {
+                        context: "switching to WAL mode".into(),
+                        source,
+                    })
+                }
+            }
+        }
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
