@@ -2,7 +2,7 @@
 //!
 //! Every change is one `BEGIN IMMEDIATE` transaction that also writes its events, so a reader
 //! never sees a card without its history and a writer that loses the lock leaves nothing behind.
-//! The transaction-level helpers in [`board`] are shared with the decompose apply transaction.
+//! The transaction-level helpers in `store::board` are shared with the decompose apply transaction.
 
 pub(crate) mod board;
 mod pyjson;
@@ -387,7 +387,7 @@ impl Store {
     /// An existing file is checked before anything could write to it: its header must be
     /// SQLite's and `PRAGMA quick_check` must pass, otherwise [`StoreError::Corrupt`] is
     /// returned and the file is left byte-for-byte as it was. The schema is then brought up to
-    /// date additively (see [`schema`]).
+    /// date additively (see `store::schema`).
     pub fn open(db_path: impl AsRef<Path>) -> Result<Store, StoreError> {
         let path = db_path.as_ref().to_owned();
         let existed = match fs::metadata(&path) {
