@@ -2,8 +2,6 @@
 //! (say, the decompose apply: children, links, events, promotion) commit or vanish together;
 //! readers take `&Connection`, which a transaction also derefs to.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde_json::{json, Value};
 
@@ -13,18 +11,7 @@ use super::{
     StoreError, Task,
 };
 
-/// Unix seconds, for upstream's columns. A clock before 1970 reads as 0 rather than failing.
-pub(crate) fn now_secs() -> i64 {
-    now_ms().div_euclid(1000)
-}
-
-/// Unix milliseconds, for our own `*_ms` columns.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+pub(crate) use crate::clock::{now_ms, now_secs};
 
 /// How many fresh ids to try before concluding something other than bad luck is wrong.
 const ID_ATTEMPTS: usize = 8;
