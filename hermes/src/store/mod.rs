@@ -5,6 +5,8 @@
 //! The transaction-level helpers in `store::board` are shared with the decompose apply transaction.
 
 pub(crate) mod board;
+mod decompose;
+mod ledger;
 mod pyjson;
 pub(crate) mod schema;
 #[cfg(test)]
@@ -19,6 +21,16 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 use serde_json::Value;
+
+pub use crate::clock::now_ms;
+pub use decompose::{
+    ApplyOptions, ApplyResult, AttemptTicket, AutoGate, BeginPolicy, BeginRefusal, FailureRecord,
+    Origin, HUMAN_BLOCK_KINDS,
+};
+pub use ledger::{
+    CardUsage, LedgerClose, LedgerOpen, Pause, UsagePause, UsageReport, UsageTotals, UsageWindow,
+    HOUR_MS,
+};
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
@@ -371,6 +383,8 @@ pub struct ArchiveReport {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// The newest `tasks` rowid already given decompose state (see `sync_decompose_state`).
+    synced_rowid: i64,
 }
 
 impl fmt::Debug for Store {
@@ -435,7 +449,11 @@ impl Store {
         })?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .sql("setting the busy timeout")?;
-        let mut store = Store { conn, path };
+        let mut store = Store {
+            conn,
+            path,
+            synced_rowid: 0,
+        };
         if existed {
             store.probe()?;
         }
