@@ -16,10 +16,9 @@ use crate::aux_client::{AuxClient, AuxError, AuxSettings, Completion};
 use crate::config::Config;
 use crate::decompose::prompt::{build_messages, PromptCard};
 use crate::decompose::reply::{parse_reply, GraphLimits};
-use crate::decompose::Plan;
 use crate::store::{
-    now_ms, ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, BeginRefusal, FailureRecord,
-    LedgerClose, LedgerOpen, Origin, Store, StoreError,
+    now_ms, ApplyOptions, ApplyResult, BeginPolicy, BeginRefusal, FailureRecord, LedgerClose,
+    LedgerOpen, Origin, Store, StoreError,
 };
 
 /// Cap on the exponential backoff between failed attempts (B2).
@@ -255,11 +254,7 @@ pub async fn run_attempt(
             _ = wait_for_shutdown(&mut shutdown) => None,
             result = ctx.client.send_once(&messages) => Some(result),
         };
-        let close = match &result {
-            None => LedgerClose::aborted(now_ms()),
-            Some(Ok(done)) => LedgerClose::ok(now_ms(), done),
-            Some(Err(err)) => LedgerClose::failed(now_ms(), err),
-        };
+        let close = ledger_close(result.as_ref());
         store.call(move |s| s.ledger_close(ledger_id, &close)).await?;
         match result {
             None => {
@@ -348,6 +343,7 @@ pub async fn run_attempt(
     }
     let record = FailureRecord {
         attempt: ticket.attempt,
+        origin,
         reason: failure_reason.clone(),
         next_due_ms: (!park).then_some(next_due_ms),
         park,
@@ -358,6 +354,34 @@ pub async fn run_attempt(
     outcome.reason = failure_reason;
     outcome.parked = park;
     Ok(Ok(outcome))
+}
+
+/// How a request ended, for its ledger row; `None` = aborted by shutdown.
+fn ledger_close(result: Option<&Result<Completion, AuxError>>) -> LedgerClose {
+    let ended_at_ms = now_ms();
+    match result {
+        None => LedgerClose {
+            ended_at_ms,
+            outcome: "aborted".to_owned(),
+            detail: Some("the gateway was shutting down".to_owned()),
+            ..LedgerClose::default()
+        },
+        Some(Ok(done)) => LedgerClose {
+            ended_at_ms,
+            outcome: "ok".to_owned(),
+            http_status: Some(done.http_status),
+            prompt_tokens: done.usage.prompt_tokens,
+            completion_tokens: done.usage.completion_tokens,
+            detail: None,
+        },
+        Some(Err(err)) => LedgerClose {
+            ended_at_ms,
+            outcome: err.outcome().to_owned(),
+            http_status: err.http_status(),
+            detail: Some(err.to_string()),
+            ..LedgerClose::default()
+        },
+    }
 }
 
 /// The wait after the `attempt`-th failure: `decompose_backoff_seconds` doubled per failure,
