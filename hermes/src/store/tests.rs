@@ -43,22 +43,10 @@ fn kinds(store: &Store, id: &str) -> Vec<String> {
         .collect()
 }
 
-/// `shared/data/upstream-0.19.0-board`, found beside the workspace (or via `HERMES_SHARED_DIR`).
+/// A board written by upstream hermes-agent 0.19.0's own CLI (its README lists every row),
+/// kept with the tests so they need neither upstream nor anything outside the repository.
 pub(crate) fn shared_board_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("HERMES_SHARED_DIR") {
-        return PathBuf::from(dir).join("data/upstream-0.19.0-board");
-    }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .ancestors()
-        .map(|a| a.join("shared/data/upstream-0.19.0-board"))
-        .find(|p| p.join("kanban.db").is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "shared/data/upstream-0.19.0-board not found above {}; set HERMES_SHARED_DIR",
-                manifest.display()
-            )
-        })
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/upstream-0.19.0-board")
 }
 
 fn copy_of_upstream_board(dir: &Path) -> PathBuf {
