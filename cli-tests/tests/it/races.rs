@@ -68,6 +68,9 @@ fn two_racing_decomposes_apply_exactly_one_graph(board: Board) {
         "exactly one process reports success\n{transcript}"
     );
     let bills = aux.billed_for(&root);
+    // Two requests mean both processes got past their triage check before either applied; one
+    // means the target turned the second away earlier. Either is within the bound.
+    eprintln!("note: the racing processes made {bills} requests");
     assert!(
         (1..=2).contains(&bills),
         "each process makes at most its one attempt: {bills} requests\n{transcript}"
