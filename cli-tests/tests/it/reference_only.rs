@@ -135,46 +135,52 @@ fn rejected_reply_is_a_recorded_failed_attempt(board: Board) {
     );
 }
 
+/// The ledger, and so `usage`, judges each HTTP request: a reply that arrived whole is an `ok`
+/// call even when its content is then rejected (the attempt fails; `attempts` shows it). HTTP
+/// failures are `failed` calls.
 #[rstest]
-fn usage_reports_every_paid_call(board: Board) {
+fn usage_reports_every_paid_call(#[with("auxiliary: {transient_retries: 0}")] board: Board) {
     let aux = board.aux();
     let good = board.create("splits fine", &["--triage"]);
-    let bad = board.create("never splits", &["--triage"]);
+    let broken = board.create("provider fails", &["--triage"]);
+    let rejected = board.create("reply rejected", &["--triage"]);
     aux.reply(&good, Reply::graph(2, &[]));
-    aux.reply(&bad, Reply::malformed());
-    decompose_card(&board, &good);
-    decompose_card(&board, &bad);
+    aux.reply(&broken, Reply::http_error(500, "upstream exploded"));
+    aux.reply(&rejected, Reply::malformed());
+    for card in [&good, &broken, &rejected] {
+        decompose_card(&board, card);
+    }
 
     let usage = board.cli_json(["kanban", "usage", "--json"]);
 
     let totals = &usage["totals"];
-    observe::record(
-        "calls_reported",
-        totals["calls"].as_u64().unwrap_or(0) as usize,
-        Some(2),
-    );
+    let calls = totals["calls"]
+        .as_u64()
+        .and_then(|n| usize::try_from(n).ok());
+    observe::record("calls_reported", calls.unwrap_or(0), Some(3));
     assert_eq!(
-        totals["calls"],
-        json!(aux.bills()),
+        calls,
+        Some(aux.bills()),
         "usage counts what was billed: {usage}"
     );
-    assert_eq!(totals["ok"], json!(1), "{usage}");
+    assert_eq!(totals["ok"], json!(2), "{usage}");
     assert_eq!(totals["failed"], json!(1), "{usage}");
-    assert_eq!(usage["window"]["calls_last_hour"], json!(2), "{usage}");
+    assert_eq!(usage["window"]["calls_last_hour"], json!(3), "{usage}");
     let cards = usage["cards"].as_array().cloned().unwrap_or_default();
-    for (card, ok, failed) in [(&good, 1, 0), (&bad, 0, 1)] {
+    for (card, ok, failed) in [(&good, 1, 0), (&broken, 0, 1), (&rejected, 1, 0)] {
         let Some(entry) = cards.iter().find(|entry| entry["task_id"] == json!(card)) else {
             panic!("no usage entry for {card}: {usage}");
         };
         assert_eq!(entry["calls"], json!(1), "{entry}");
+        assert_eq!(entry["attempts"], json!(1), "{entry}");
         assert_eq!(entry["ok"], json!(ok), "{entry}");
         assert_eq!(entry["failed"], json!(failed), "{entry}");
     }
     let mut redactor = Redactor::new();
-    BoardRows::capture_with(&board, &[&good, &bad], &mut redactor);
+    BoardRows::capture_with(&board, &[&good, &broken, &rejected], &mut redactor);
     assert_rows_snapshot!(
-        "usage_one_ok_one_failed",
-        "`kanban usage --json` after one decomposed card and one failed card",
+        "usage_ok_failed_rejected",
+        "`kanban usage --json` after a decomposed card, an HTTP 500 and a rejected reply",
         redactor.value(&usage)
     );
 }
