@@ -43,7 +43,6 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (y, m, d)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

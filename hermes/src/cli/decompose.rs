@@ -144,8 +144,15 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
 }
 
 fn triage_not_attempted(store: &Store, tried: &HashSet<String>) -> Result<usize, CliError> {
-    let filter = crate::store::ListFilter { status: Some(Status::Triage), ..Default::default() };
-    Ok(store.list(&filter)?.iter().filter(|t| !tried.contains(&t.id)).count())
+    let filter = crate::store::ListFilter {
+        status: Some(Status::Triage),
+        ..Default::default()
+    };
+    Ok(store
+        .list(&filter)?
+        .iter()
+        .filter(|t| !tried.contains(&t.id))
+        .count())
 }
 
 fn report(ctx: &Context, outcome: &AttemptOutcome) -> Result<Outcome, CliError> {
@@ -159,7 +166,11 @@ fn report(ctx: &Context, outcome: &AttemptOutcome) -> Result<Outcome, CliError> 
         let verdict = if outcome.ok { "ok" } else { "failed" };
         ctx.print(&format!("{}: {verdict}: {detail}", outcome.task_id))?;
     }
-    Ok(if outcome.ok { Outcome::Success } else { Outcome::Failure })
+    Ok(if outcome.ok {
+        Outcome::Success
+    } else {
+        Outcome::Failure
+    })
 }
 
 /// A card that must cost nothing: the JSON line says why, and so does stderr (exit 1).

@@ -20,7 +20,9 @@ pub struct UsageArgs {
 pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
     let store = ctx.open_store()?;
     let now = now_ms();
-    let since = args.since.map(|d| now - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let since = args
+        .since
+        .map(|d| now - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let report = store.usage(since, now, ctx.config.kanban.decompose_calls_per_hour)?;
     if ctx.json {
         ctx.print_json(&serde_json::to_value(&report).map_err(anyhow::Error::from)?)?;
@@ -33,7 +35,10 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
         report.totals.failed,
         report.totals.prompt_tokens,
         report.totals.completion_tokens,
-        report.since.map(|s| format!(" since {}", utc(s))).unwrap_or_default()
+        report
+            .since
+            .map(|s| format!(" since {}", utc(s)))
+            .unwrap_or_default()
     )];
     lines.push(format!(
         "last hour: {} of {} allowed (kanban.decompose_calls_per_hour)",
@@ -74,7 +79,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" => 60.0,
         "h" => 3600.0,
         "d" => 86_400.0,
-        other => return Err(format!("unknown unit {other:?}; use s, m, h or d (e.g. 30m)")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?}; use s, m, h or d (e.g. 30m)"
+            ))
+        }
     };
     let value: f64 = number
         .trim()

@@ -69,7 +69,12 @@ impl AttemptContext {
             max_tokens: 4000,
         })
         .map_err(AttemptSetupError::Client)?;
-        Ok(Self { config, client: Arc::new(client), roster: Arc::new(roster), db_path })
+        Ok(Self {
+            config,
+            client: Arc::new(client),
+            roster: Arc::new(roster),
+            db_path,
+        })
     }
 }
 
@@ -98,9 +103,9 @@ impl ProviderFault {
         match err {
             AuxError::Auth { status } => Some(Self::Auth { status: *status }),
             AuxError::Billing { status } => Some(Self::Billing { status: *status }),
-            AuxError::RateLimited { retry_after } => {
-                Some(Self::RateLimited { retry_after: *retry_after })
-            }
+            AuxError::RateLimited { retry_after } => Some(Self::RateLimited {
+                retry_after: *retry_after,
+            }),
             _ => None,
         }
     }
@@ -109,9 +114,9 @@ impl ProviderFault {
     pub fn pause_for(&self, provider_cooldown: Duration) -> Duration {
         match self {
             Self::Auth { .. } | Self::Billing { .. } => provider_cooldown,
-            Self::RateLimited { retry_after } => {
-                retry_after.unwrap_or(DEFAULT_RATE_LIMIT_PAUSE).min(MAX_RETRY_AFTER)
-            }
+            Self::RateLimited { retry_after } => retry_after
+                .unwrap_or(DEFAULT_RATE_LIMIT_PAUSE)
+                .min(MAX_RETRY_AFTER),
         }
     }
 
@@ -120,8 +125,13 @@ impl ProviderFault {
         match self {
             Self::Auth { status } => format!("provider refused the API key (HTTP {status})"),
             Self::Billing { status } => format!("provider requires payment (HTTP {status})"),
-            Self::RateLimited { retry_after: Some(after) } => {
-                format!("provider rate limit (HTTP 429, Retry-After {}s)", after.as_secs_f64())
+            Self::RateLimited {
+                retry_after: Some(after),
+            } => {
+                format!(
+                    "provider rate limit (HTTP 429, Retry-After {}s)",
+                    after.as_secs_f64()
+                )
             }
             Self::RateLimited { retry_after: None } => "provider rate limit (HTTP 429)".to_owned(),
         }
@@ -220,7 +230,11 @@ pub async fn run_attempt(
     };
 
     let messages = build_messages(
-        &PromptCard { id: &ticket.task_id, title: &ticket.title, body: ticket.body.as_deref() },
+        &PromptCard {
+            id: &ticket.task_id,
+            title: &ticket.title,
+            body: ticket.body.as_deref(),
+        },
         &ctx.roster,
         &cfg.kanban.default_assignee,
         cfg.kanban.decompose_max_children as usize,
@@ -255,7 +269,9 @@ pub async fn run_attempt(
             result = ctx.client.send_once(&messages) => Some(result),
         };
         let close = ledger_close(result.as_ref());
-        store.call(move |s| s.ledger_close(ledger_id, &close)).await?;
+        store
+            .call(move |s| s.ledger_close(ledger_id, &close))
+            .await?;
         match result {
             None => {
                 aborted = true;
@@ -337,7 +353,9 @@ pub async fn run_attempt(
 
     let park = ticket.attempt >= cfg.kanban.decompose_max_attempts;
     let mut next_due_ms = now_ms() + backoff_ms(&cfg, ticket.attempt);
-    if let Some(ProviderFault::RateLimited { retry_after: Some(after) }) = &outcome.provider_fault
+    if let Some(ProviderFault::RateLimited {
+        retry_after: Some(after),
+    }) = &outcome.provider_fault
     {
         next_due_ms = next_due_ms.max(now_ms() + after.min(&MAX_RETRY_AFTER).as_millis() as i64);
     }
@@ -411,7 +429,9 @@ impl BoardHandle {
         let store = tokio::task::spawn_blocking(move || Store::open(&path))
             .await
             .map_err(|e| AttemptError::Join(e.to_string()))??;
-        Ok(Self { store: Arc::new(Mutex::new(store)) })
+        Ok(Self {
+            store: Arc::new(Mutex::new(store)),
+        })
     }
 
     pub async fn call<T, F>(&self, f: F) -> Result<T, AttemptError>
@@ -423,7 +443,9 @@ impl BoardHandle {
         tokio::task::spawn_blocking(move || {
             // A poisoned lock only means another call panicked mid-way; SQLite rolled that
             // transaction back, so the connection itself is still consistent.
-            let mut guard = store.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut guard = store
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             f(&mut guard)
         })
         .await
@@ -451,10 +473,18 @@ mod tests {
     #[test]
     fn provider_faults_pause_for_the_right_time() {
         let cooldown = Duration::from_secs(900);
-        assert_eq!(ProviderFault::Billing { status: 402 }.pause_for(cooldown), cooldown);
-        assert_eq!(ProviderFault::Auth { status: 401 }.pause_for(cooldown), cooldown);
+        assert_eq!(
+            ProviderFault::Billing { status: 402 }.pause_for(cooldown),
+            cooldown
+        );
+        assert_eq!(
+            ProviderFault::Auth { status: 401 }.pause_for(cooldown),
+            cooldown
+        );
         let hour = Duration::from_secs(3600);
-        let huge = ProviderFault::RateLimited { retry_after: Some(Duration::from_secs(99_999)) };
+        let huge = ProviderFault::RateLimited {
+            retry_after: Some(Duration::from_secs(99_999)),
+        };
         assert_eq!(huge.pause_for(cooldown), hour);
         let none = ProviderFault::RateLimited { retry_after: None };
         assert_eq!(none.pause_for(cooldown), DEFAULT_RATE_LIMIT_PAUSE);

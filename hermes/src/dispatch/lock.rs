@@ -19,9 +19,16 @@ pub enum LockError {
          one (it would bill every card twice). Lock file: {lock}",
         holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
     )]
-    Held { board: PathBuf, lock: PathBuf, holder: Option<u32> },
+    Held {
+        board: PathBuf,
+        lock: PathBuf,
+        holder: Option<u32>,
+    },
     #[error("cannot use the gateway lock at {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Holds the lock until dropped.
@@ -41,7 +48,10 @@ impl SingletonLock {
         fs::create_dir_all(lock_dir).map_err(io(lock_dir))?;
         // One lock per board, so a shared lock dir can serve several boards.
         let board = fs::canonicalize(db_path).unwrap_or_else(|_| db_path.to_owned());
-        let path = lock_dir.join(format!("gateway-{:016x}.lock", fnv1a(board.as_os_str().as_encoded_bytes())));
+        let path = lock_dir.join(format!(
+            "gateway-{:016x}.lock",
+            fnv1a(board.as_os_str().as_encoded_bytes())
+        ));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -53,10 +63,22 @@ impl SingletonLock {
             Ok(lock) => lock,
             Err((mut file, Errno::EWOULDBLOCK)) => {
                 let mut text = String::new();
-                let holder = file.read_to_string(&mut text).ok().and_then(|_| text.trim().parse().ok());
-                return Err(LockError::Held { board, lock: path, holder });
+                let holder = file
+                    .read_to_string(&mut text)
+                    .ok()
+                    .and_then(|_| text.trim().parse().ok());
+                return Err(LockError::Held {
+                    board,
+                    lock: path,
+                    holder,
+                });
             }
-            Err((_, errno)) => return Err(LockError::Io { path, source: errno.into() }),
+            Err((_, errno)) => {
+                return Err(LockError::Io {
+                    path,
+                    source: errno.into(),
+                })
+            }
         };
         // The pid is only for the refusal message of a second gateway.
         let write_pid = |file: &mut File| -> std::io::Result<()> {

@@ -59,16 +59,18 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     let config = Config::load(&home)?;
     let db_path = home.db_path();
     // Opening creates the board (and refuses a corrupt one) before anything else happens.
-    drop(tokio::task::spawn_blocking({
-        let db_path = db_path.clone();
-        move || Store::open(&db_path)
-    })
-    .await
-    .map_err(|e| AttemptError::Join(e.to_string()))??);
+    drop(
+        tokio::task::spawn_blocking({
+            let db_path = db_path.clone();
+            move || Store::open(&db_path)
+        })
+        .await
+        .map_err(|e| AttemptError::Join(e.to_string()))??,
+    );
 
     let dispatching = config.kanban.dispatch_in_gateway;
     let lock = if dispatching {
-        Some(SingletonLock::acquire(&home.lock_dir(), &db_path)?)
+        Some(SingletonLock::acquire(home.lock_dir(), &db_path)?)
     } else {
         None
     };
@@ -150,7 +152,12 @@ fn new_interval(period: Duration) -> tokio::time::Interval {
     interval
 }
 
-type Joined = Result<(String, Result<Result<AttemptOutcome, Refused>, AttemptError>), tokio::task::JoinError>;
+/// What an attempt task hands back: its card and how the attempt went.
+type AttemptResult = (
+    String,
+    Result<Result<AttemptOutcome, Refused>, AttemptError>,
+);
+type Joined = Result<AttemptResult, tokio::task::JoinError>;
 
 /// Whether the provider has shown it is answering (see [`PROBE_WINDOW`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -165,7 +172,7 @@ struct Dispatcher {
     board: BoardHandle,
     shutdown: watch::Receiver<bool>,
     context: Option<AttemptContext>,
-    in_flight: JoinSet<(String, Result<Result<AttemptOutcome, Refused>, AttemptError>)>,
+    in_flight: JoinSet<AttemptResult>,
     in_flight_ids: HashSet<String>,
     /// When the oldest request sent while the provider's health was unknown left.
     probe_started: Option<Instant>,
@@ -178,7 +185,12 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    fn new(home: Home, config: Config, board: BoardHandle, shutdown: watch::Receiver<bool>) -> Self {
+    fn new(
+        home: Home,
+        config: Config,
+        board: BoardHandle,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
         let mut dispatcher = Self {
             home,
             config: Arc::new(config),
@@ -202,8 +214,13 @@ impl Dispatcher {
     /// Brings cards written by other tools (upstream's CLI, an older board) under the budget.
     async fn sync_board(&mut self) {
         let now = now_ms();
-        if let Err(err) = self.board.call(move |s| s.sync_decompose_state(now, true)).await {
-            self.board_notice.warn(format!("cannot read the board: {err}"));
+        if let Err(err) = self
+            .board
+            .call(move |s| s.sync_decompose_state(now, true))
+            .await
+        {
+            self.board_notice
+                .warn(format!("cannot read the board: {err}"));
         }
     }
 
@@ -217,7 +234,8 @@ impl Dispatcher {
             }
             Err(err) => {
                 self.context = None;
-                self.setup_notice.warn(format!("auto-decompose cannot run: {err}"));
+                self.setup_notice
+                    .warn(format!("auto-decompose cannot run: {err}"));
             }
         }
     }
@@ -244,14 +262,17 @@ impl Dispatcher {
         self.reload_config();
         let kanban = &self.config.kanban;
         if !kanban.auto_decompose {
-            self.switch_notice
-                .info("auto-decompose is off (kanban.auto_decompose: false): no paid calls".to_owned());
+            self.switch_notice.info(
+                "auto-decompose is off (kanban.auto_decompose: false): no paid calls".to_owned(),
+            );
             return;
         }
         if self.switch_notice.clear() {
             info!("auto-decompose is on again");
         }
-        let Some(context) = self.context.clone() else { return };
+        let Some(context) = self.context.clone() else {
+            return;
+        };
 
         let per_tick = kanban.auto_decompose_per_tick.max(1) as usize;
         let mut slots = per_tick.saturating_sub(self.in_flight.len());
@@ -287,7 +308,8 @@ impl Dispatcher {
             .await;
         let due = match picked {
             Err(err) => {
-                self.board_notice.warn(format!("cannot read the board: {err}"));
+                self.board_notice
+                    .warn(format!("cannot read the board: {err}"));
                 return;
             }
             Ok(Err(closed)) => {
@@ -360,7 +382,8 @@ impl Dispatcher {
                 return;
             }
             Err(err) => {
-                self.board_notice.warn(format!("attempt on {task_id} could not be recorded: {err}"));
+                self.board_notice
+                    .warn(format!("attempt on {task_id} could not be recorded: {err}"));
                 return;
             }
         };
@@ -370,7 +393,8 @@ impl Dispatcher {
             let until = now_ms() + pause.as_millis() as i64;
             let stored = reason.clone();
             if let Err(err) = self.board.call(move |s| s.set_pause(until, &stored)).await {
-                self.board_notice.warn(format!("cannot record the provider pause: {err}"));
+                self.board_notice
+                    .warn(format!("cannot record the provider pause: {err}"));
             }
             self.gate_notice.warn_keyed(
                 &format!("paused-until-{until}"),
@@ -387,7 +411,9 @@ impl Dispatcher {
         }
         if outcome.ok {
             match &outcome.child_ids {
-                Some(children) => info!(card = %task_id, "decomposed into {} children", children.len()),
+                Some(children) => {
+                    info!(card = %task_id, "decomposed into {} children", children.len())
+                }
                 None => info!(card = %task_id, "specified as a single task"),
             }
         } else if outcome.parked {

@@ -87,7 +87,9 @@ pub enum BeginRefusal {
     NotScheduled,
     #[error("auto-decompose is paused until {}: {reason}", crate::clock::utc(until_ms.div_euclid(1000)))]
     Paused { until_ms: i64, reason: String },
-    #[error("{calls} paid calls in the last hour reached kanban.decompose_calls_per_hour ({limit})")]
+    #[error(
+        "{calls} paid calls in the last hour reached kanban.decompose_calls_per_hour ({limit})"
+    )]
     CeilingReached { calls: u64, limit: u32 },
 }
 
@@ -149,7 +151,11 @@ impl Store {
 
     /// Records a failed attempt: the card's next due time (or its park) and the
     /// `decompose_failed` / `decompose_parked` events, in one transaction.
-    pub fn record_failure(&mut self, task_id: &str, failure: &FailureRecord) -> Result<(), StoreError> {
+    pub fn record_failure(
+        &mut self,
+        task_id: &str,
+        failure: &FailureRecord,
+    ) -> Result<(), StoreError> {
         self.write(|tx| record_failure(tx, task_id, failure))
     }
 
@@ -172,8 +178,10 @@ impl Store {
     pub fn sync_decompose_state(&mut self, now_ms: i64, full: bool) -> Result<usize, StoreError> {
         let floor = if full { 0 } else { self.synced_rowid };
         let top: i64 = self.read(|conn| {
-            conn.query_row("SELECT COALESCE(MAX(rowid), 0) FROM tasks", [], |r| r.get(0))
-                .sql("reading the newest card")
+            conn.query_row("SELECT COALESCE(MAX(rowid), 0) FROM tasks", [], |r| {
+                r.get(0)
+            })
+            .sql("reading the newest card")
         })?;
         if top <= floor {
             return Ok(0);
@@ -239,13 +247,21 @@ impl Store {
 
 fn auto_gate(conn: &Connection, now_ms: i64, calls_per_hour: u32) -> Result<AutoGate, StoreError> {
     if let Some(pause) = board_pause(conn)?.filter(|p| p.until_ms > now_ms) {
-        return Ok(AutoGate::Paused { until_ms: pause.until_ms, reason: pause.reason });
+        return Ok(AutoGate::Paused {
+            until_ms: pause.until_ms,
+            reason: pause.reason,
+        });
     }
     let calls = calls_since(conn, now_ms - HOUR_MS)?;
     if calls >= u64::from(calls_per_hour) {
-        return Ok(AutoGate::CeilingReached { calls, limit: calls_per_hour });
+        return Ok(AutoGate::CeilingReached {
+            calls,
+            limit: calls_per_hour,
+        });
     }
-    Ok(AutoGate::Open { calls_left: u64::from(calls_per_hour) - calls })
+    Ok(AutoGate::Open {
+        calls_left: u64::from(calls_per_hour) - calls,
+    })
 }
 
 /// A card's decompose state row, if any.
@@ -311,7 +327,9 @@ fn begin_attempt(
         return Ok(Err(BeginRefusal::NoSuchTask(task_id.to_owned())));
     };
     if card.status != Status::Triage.as_str() {
-        return Ok(Err(BeginRefusal::NotInTriage { status: card.status }));
+        return Ok(Err(BeginRefusal::NotInTriage {
+            status: card.status,
+        }));
     }
     let state = state_row(tx, task_id)?;
     if policy.origin.is_automatic() {
@@ -355,14 +373,24 @@ fn automatic_refusal(
             return Ok(Some(BeginRefusal::OptedOut));
         }
         if state.parked_at_ms.is_some() || state.attempts >= policy.max_attempts {
-            return Ok(Some(BeginRefusal::Parked { attempts: state.attempts }));
+            return Ok(Some(BeginRefusal::Parked {
+                attempts: state.attempts,
+            }));
         }
     }
     if card.started_at.is_some() {
-        return Ok(Some(BeginRefusal::Hold { why: "the card has run before".to_owned() }));
+        return Ok(Some(BeginRefusal::Hold {
+            why: "the card has run before".to_owned(),
+        }));
     }
-    if let Some(kind) = card.block_kind.as_deref().filter(|k| HUMAN_BLOCK_KINDS.contains(k)) {
-        return Ok(Some(BeginRefusal::Hold { why: format!("blocked on {kind}") }));
+    if let Some(kind) = card
+        .block_kind
+        .as_deref()
+        .filter(|k| HUMAN_BLOCK_KINDS.contains(k))
+    {
+        return Ok(Some(BeginRefusal::Hold {
+            why: format!("blocked on {kind}"),
+        }));
     }
     match state.map(|s| s.due_at_ms) {
         Some(None) => return Ok(Some(BeginRefusal::NotScheduled)),
@@ -371,11 +399,17 @@ fn automatic_refusal(
         }
         _ => {}
     }
-    Ok(match auto_gate(conn, policy.now_ms, policy.calls_per_hour)? {
-        AutoGate::Open { .. } => None,
-        AutoGate::Paused { until_ms, reason } => Some(BeginRefusal::Paused { until_ms, reason }),
-        AutoGate::CeilingReached { calls, limit } => Some(BeginRefusal::CeilingReached { calls, limit }),
-    })
+    Ok(
+        match auto_gate(conn, policy.now_ms, policy.calls_per_hour)? {
+            AutoGate::Open { .. } => None,
+            AutoGate::Paused { until_ms, reason } => {
+                Some(BeginRefusal::Paused { until_ms, reason })
+            }
+            AutoGate::CeilingReached { calls, limit } => {
+                Some(BeginRefusal::CeilingReached { calls, limit })
+            }
+        },
+    )
 }
 
 fn record_failure(
@@ -388,7 +422,11 @@ fn record_failure(
     let schedulable = state
         .as_ref()
         .is_some_and(|s| !s.opt_out && s.parked_at_ms.is_none() && s.due_at_ms.is_some());
-    let due = if failure.park || !schedulable { None } else { failure.next_due_ms };
+    let due = if failure.park || !schedulable {
+        None
+    } else {
+        failure.next_due_ms
+    };
     tx.execute(
         "UPDATE hermes_decompose_state SET
              last_error = ?2,
@@ -436,15 +474,27 @@ fn apply_plan(
     )
     .sql("closing the card's decompose schedule")?;
     if card.status != Status::Triage.as_str() {
-        return Ok(ApplyResult::LeftTriage { status: card.status });
+        return Ok(ApplyResult::LeftTriage {
+            status: card.status,
+        });
     }
     let result = match plan {
-        Plan::Fanout { children, .. } => {
-            ApplyResult::Fanout { child_ids: apply_fanout(tx, task_id, children, opts)? }
-        }
-        Plan::Single { title, body, assignee, .. } => {
-            apply_single(tx, task_id, &card, title.as_deref(), body.as_deref(), assignee)?
-        }
+        Plan::Fanout { children, .. } => ApplyResult::Fanout {
+            child_ids: apply_fanout(tx, task_id, children, opts)?,
+        },
+        Plan::Single {
+            title,
+            body,
+            assignee,
+            ..
+        } => apply_single(
+            tx,
+            task_id,
+            &card,
+            title.as_deref(),
+            body.as_deref(),
+            assignee,
+        )?,
     };
     if opts.auto_promote {
         promote_ready(tx)?;
@@ -458,8 +508,8 @@ fn apply_fanout(
     children: &[ChildSpec],
     opts: &ApplyOptions,
 ) -> Result<Vec<String>, StoreError> {
-    let (tenant, workspace_kind, workspace_path): (Option<String>, Option<String>, Option<String>) = tx
-        .query_row(
+    let (tenant, workspace_kind, workspace_path): (Option<String>, Option<String>, Option<String>) =
+        tx.query_row(
             "SELECT tenant, workspace_kind, workspace_path FROM tasks WHERE id = ?1",
             [root],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -506,7 +556,12 @@ fn apply_fanout(
                 params![parent_id, child_id],
             )
             .sql("linking siblings")?;
-            add_event(tx, child_id, "linked", Some(&json!({"parent": parent_id, "child": child_id})))?;
+            add_event(
+                tx,
+                child_id,
+                "linked",
+                Some(&json!({"parent": parent_id, "child": child_id})),
+            )?;
         }
     }
     for id in &ids {
@@ -565,5 +620,7 @@ fn apply_single(
     .sql("specifying the card")?;
     let payload = (!changed.is_empty()).then(|| json!({"changed_fields": changed}));
     add_event(tx, task_id, "specified", payload.as_ref())?;
-    Ok(ApplyResult::Single { new_title: new_title.map(str::to_owned) })
+    Ok(ApplyResult::Single {
+        new_title: new_title.map(str::to_owned),
+    })
 }

@@ -104,7 +104,10 @@ pub struct CardUsage {
 impl Store {
     /// Opens a ledger row for a request about to be sent; returns its id, or the ceiling's
     /// refusal when `enforce_ceiling` is set and reached (then nothing may be sent).
-    pub fn ledger_open(&mut self, open: &LedgerOpen) -> Result<Result<i64, BeginRefusal>, StoreError> {
+    pub fn ledger_open(
+        &mut self,
+        open: &LedgerOpen,
+    ) -> Result<Result<i64, BeginRefusal>, StoreError> {
         self.write(|tx| {
             if let Some(limit) = open.enforce_ceiling {
                 let calls = calls_since(tx, open.started_at_ms - HOUR_MS)?;
@@ -230,8 +233,7 @@ impl Store {
                     })
                 })
                 .sql("reading the ledger")?;
-            let cards: Vec<CardUsage> =
-                rows.collect::<Result<_, _>>().sql("reading the ledger")?;
+            let cards: Vec<CardUsage> = rows.collect::<Result<_, _>>().sql("reading the ledger")?;
             let totals = cards.iter().fold(UsageTotals::default(), |mut t, c| {
                 t.calls += c.calls;
                 t.ok += c.ok;
@@ -242,7 +244,10 @@ impl Store {
             });
             let pause = board_pause(conn)?
                 .filter(|p| p.until_ms > now_ms)
-                .map(|p| UsagePause { until: p.until_ms as f64 / 1000.0, reason: p.reason });
+                .map(|p| UsagePause {
+                    until: p.until_ms as f64 / 1000.0,
+                    reason: p.reason,
+                });
             Ok(UsageReport {
                 since: since_ms.map(|ms| ms.div_euclid(1000)),
                 totals,
@@ -271,7 +276,12 @@ pub(crate) fn board_pause(conn: &Connection) -> Result<Option<Pause>, StoreError
     conn.query_row(
         "SELECT until_ms, value FROM hermes_board_state WHERE key = ?1 AND until_ms IS NOT NULL",
         [PAUSE_KEY],
-        |r| Ok(Pause { until_ms: r.get(0)?, reason: r.get::<_, Option<String>>(1)?.unwrap_or_default() }),
+        |r| {
+            Ok(Pause {
+                until_ms: r.get(0)?,
+                reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+            })
+        },
     )
     .optional()
     .sql("reading the provider pause")
