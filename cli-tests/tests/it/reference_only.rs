@@ -135,9 +135,9 @@ fn rejected_reply_is_a_recorded_failed_attempt(board: Board) {
     );
 }
 
-/// The ledger, and so `usage`, judges each HTTP request: a reply that arrived whole is an `ok`
-/// call even when its content is then rejected (the attempt fails; `attempts` shows it). HTTP
-/// failures are `failed` calls.
+/// The ledger, and so `usage`, judges each paid call by what it bought: a usable reply is `ok`;
+/// an HTTP failure and a reply that arrived whole but was rejected are both `failed` (the latter
+/// is money spent on an unusable answer, and a person reading `usage` must see it as such).
 #[rstest]
 fn usage_reports_every_paid_call(#[with("auxiliary: {transient_retries: 0}")] board: Board) {
     let aux = board.aux();
@@ -163,11 +163,11 @@ fn usage_reports_every_paid_call(#[with("auxiliary: {transient_retries: 0}")] bo
         Some(aux.bills()),
         "usage counts what was billed: {usage}"
     );
-    assert_eq!(totals["ok"], json!(2), "{usage}");
-    assert_eq!(totals["failed"], json!(1), "{usage}");
+    assert_eq!(totals["ok"], json!(1), "{usage}");
+    assert_eq!(totals["failed"], json!(2), "{usage}");
     assert_eq!(usage["window"]["calls_last_hour"], json!(3), "{usage}");
     let cards = usage["cards"].as_array().cloned().unwrap_or_default();
-    for (card, ok, failed) in [(&good, 1, 0), (&broken, 0, 1), (&rejected, 1, 0)] {
+    for (card, ok, failed) in [(&good, 1, 0), (&broken, 0, 1), (&rejected, 0, 1)] {
         let Some(entry) = cards.iter().find(|entry| entry["task_id"] == json!(card)) else {
             panic!("no usage entry for {card}: {usage}");
         };

@@ -185,7 +185,13 @@ fn refuse(ctx: &Context, id: &str, refusal: &BeginRefusal) -> Result<Outcome, Cl
             "new_title": null,
         }))?;
     }
-    Err(anyhow::anyhow!("{refusal}; no request was sent").into())
+    match refusal {
+        // Already names the card.
+        BeginRefusal::NoSuchTask(_) => {
+            Err(anyhow::anyhow!("{refusal}; no request was sent").into())
+        }
+        _ => Err(anyhow::anyhow!("{id}: {refusal}; no request was sent").into()),
+    }
 }
 
 fn note(message: &str) {

@@ -15,10 +15,11 @@ use tokio::sync::watch;
 use crate::aux_client::{AuxClient, AuxError, AuxSettings, Completion};
 use crate::config::Config;
 use crate::decompose::prompt::{build_messages, PromptCard};
-use crate::decompose::reply::{parse_reply, GraphLimits};
+use crate::decompose::reply::{parse_reply, GraphLimits, Rejection};
+use crate::decompose::Plan;
 use crate::store::{
-    now_ms, ApplyOptions, ApplyResult, BeginPolicy, BeginRefusal, FailureRecord, LedgerClose,
-    LedgerOpen, Origin, Store, StoreError,
+    now_ms, ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, BeginRefusal, FailureRecord,
+    LedgerClose, LedgerOpen, Origin, Store, StoreError,
 };
 
 /// Cap on the exponential backoff between failed attempts (B2).
@@ -202,7 +203,7 @@ pub async fn run_attempt(
     ctx: &AttemptContext,
     task_id: &str,
     origin: Origin,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<Result<AttemptOutcome, Refused>, AttemptError> {
     let cfg = ctx.config.clone();
     let store = BoardHandle::open(&ctx.db_path).await?;
@@ -229,125 +230,21 @@ pub async fn run_attempt(
         }
     };
 
-    let messages = build_messages(
-        &PromptCard {
-            id: &ticket.task_id,
-            title: &ticket.title,
-            body: ticket.body.as_deref(),
-        },
-        &ctx.roster,
-        &cfg.kanban.default_assignee,
-        cfg.kanban.decompose_max_children as usize,
-    );
-
-    let mut requests = 0u32;
-    let tries = 1 + cfg.auxiliary.transient_retries;
-    let mut last: Result<Completion, AuxError> = Err(AuxError::Transport("no request sent".into()));
-    let mut aborted = false;
-    for try_no in 1..=tries {
-        let open = LedgerOpen {
-            task_id: ticket.task_id.clone(),
-            origin,
-            attempt: ticket.attempt,
-            try_no,
-            started_at_ms: now_ms(),
-            // Retries are paid calls too: they may not break the hourly ceiling (B6).
-            enforce_ceiling: (origin != Origin::Manual && try_no > 1)
-                .then_some(cfg.kanban.decompose_calls_per_hour),
-        };
-        let ledger_id = match store.call(move |s| s.ledger_open(&open)).await? {
-            Ok(id) => id,
-            Err(refusal) => {
-                last = Err(AuxError::Transport(format!("retry not sent: {refusal}")));
-                break;
-            }
-        };
-        requests += 1;
-        let result = tokio::select! {
-            biased;
-            _ = wait_for_shutdown(&mut shutdown) => None,
-            result = ctx.client.send_once(&messages) => Some(result),
-        };
-        let close = ledger_close(result.as_ref());
-        store
-            .call(move |s| s.ledger_close(ledger_id, &close))
-            .await?;
-        match result {
-            None => {
-                aborted = true;
-                break;
-            }
-            Some(result) => {
-                let retry = matches!(&result, Err(err) if err.is_transient());
-                last = result;
-                if !retry {
-                    break;
-                }
-            }
-        }
-    }
-
+    let (sent, requests) = send(ctx, &store, &ticket, origin, shutdown).await?;
     let mut outcome = AttemptOutcome::refused(&ticket.task_id, String::new());
     outcome.requests = requests;
     outcome.attempt = ticket.attempt;
 
-    let failure_reason = if aborted {
-        "aborted: the gateway is shutting down".to_owned()
-    } else {
-        match last {
-            Err(err) => {
-                outcome.provider_fault = ProviderFault::from_error(&err);
-                format!("provider call failed: {err}")
-            }
-            Ok(done) => {
-                let limits = GraphLimits {
-                    max_children: cfg.kanban.decompose_max_children as usize,
-                    default_assignee: &cfg.kanban.default_assignee,
-                    roster: &ctx.roster,
-                };
-                match parse_reply(&done.content, &limits) {
-                    Err(rejection) => format!("reply rejected: {rejection}"),
-                    Ok(plan) => {
-                        let opts = ApplyOptions {
-                            orchestrator: cfg.kanban.orchestrator_profile.clone(),
-                            auto_promote: cfg.kanban.auto_promote_children,
-                            author: match origin {
-                                Origin::Manual => "decomposer".to_owned(),
-                                Origin::Gateway | Origin::Sweep => "auto-decomposer".to_owned(),
-                            },
-                            now_ms: now_ms(),
-                        };
-                        let id = ticket.task_id.clone();
-                        let plan_for_apply = plan.clone();
-                        let applied = store
-                            .call(move |s| s.apply_plan(&id, &plan_for_apply, &opts))
-                            .await?;
-                        match applied {
-                            ApplyResult::Fanout { child_ids } => {
-                                outcome.ok = true;
-                                outcome.fanout = true;
-                                outcome.reason =
-                                    format!("decomposed into {} children", child_ids.len());
-                                outcome.child_ids = Some(child_ids);
-                                return Ok(Ok(outcome));
-                            }
-                            ApplyResult::Single { new_title } => {
-                                outcome.ok = true;
-                                outcome.reason = "single task (no fanout)".to_owned();
-                                outcome.new_title = new_title;
-                                return Ok(Ok(outcome));
-                            }
-                            ApplyResult::LeftTriage { status } => {
-                                // Nothing was written (B4); the card is no longer ours to retry.
-                                outcome.reason = format!(
-                                    "card left triage during the call (status {status}); nothing applied"
-                                );
-                                return Ok(Ok(outcome));
-                            }
-                        }
-                    }
-                }
-            }
+    let failure_reason = match sent {
+        Sent::Aborted => "aborted: the gateway is shutting down".to_owned(),
+        Sent::Failed(err) => {
+            outcome.provider_fault = ProviderFault::from_error(&err);
+            format!("provider call failed: {err}")
+        }
+        Sent::Answered(Err(rejection)) => format!("reply rejected: {rejection}"),
+        Sent::Answered(Ok(plan)) => {
+            apply(&store, &cfg, &ticket.task_id, plan, origin, &mut outcome).await?;
+            return Ok(Ok(outcome));
         }
     };
 
@@ -374,31 +271,168 @@ pub async fn run_attempt(
     Ok(Ok(outcome))
 }
 
-/// How a request ended, for its ledger row; `None` = aborted by shutdown.
-fn ledger_close(result: Option<&Result<Completion, AuxError>>) -> LedgerClose {
-    let ended_at_ms = now_ms();
-    match result {
-        None => LedgerClose {
-            ended_at_ms,
-            outcome: "aborted".to_owned(),
-            detail: Some("the gateway was shutting down".to_owned()),
-            ..LedgerClose::default()
+/// How the paid part of an attempt ended.
+enum Sent {
+    /// Shutdown interrupted the request.
+    Aborted,
+    /// No usable answer: an HTTP or transport failure, or an unreadable body.
+    Failed(AuxError),
+    /// The provider answered; the reply was validated whole.
+    Answered(Result<Plan, Rejection>),
+}
+
+/// Sends the attempt's request, retrying transient failures up to
+/// `auxiliary.transient_retries` times; each request gets its own ledger row, opened before it
+/// is sent. Returns how it ended and how many requests were sent.
+async fn send(
+    ctx: &AttemptContext,
+    store: &BoardHandle,
+    ticket: &AttemptTicket,
+    origin: Origin,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(Sent, u32), AttemptError> {
+    let cfg = &ctx.config;
+    let messages = build_messages(
+        &PromptCard {
+            id: &ticket.task_id,
+            title: &ticket.title,
+            body: ticket.body.as_deref(),
         },
-        Some(Ok(done)) => LedgerClose {
-            ended_at_ms,
-            outcome: "ok".to_owned(),
-            http_status: Some(done.http_status),
-            prompt_tokens: done.usage.prompt_tokens,
-            completion_tokens: done.usage.completion_tokens,
-            detail: None,
+        &ctx.roster,
+        &cfg.kanban.default_assignee,
+        cfg.kanban.decompose_max_children as usize,
+    );
+    let limits = GraphLimits {
+        max_children: cfg.kanban.decompose_max_children as usize,
+        default_assignee: &cfg.kanban.default_assignee,
+        roster: &ctx.roster,
+    };
+    let mut requests = 0u32;
+    let mut last = Sent::Failed(AuxError::Transport("no request sent".into()));
+    for try_no in 1..=1 + cfg.auxiliary.transient_retries {
+        let open = LedgerOpen {
+            task_id: ticket.task_id.clone(),
+            origin,
+            attempt: ticket.attempt,
+            try_no,
+            started_at_ms: now_ms(),
+            // Retries are paid calls too: they may not break the hourly ceiling (B6).
+            enforce_ceiling: (origin != Origin::Manual && try_no > 1)
+                .then_some(cfg.kanban.decompose_calls_per_hour),
+        };
+        let ledger_id = match store.call(move |s| s.ledger_open(&open)).await? {
+            Ok(id) => id,
+            Err(refusal) => {
+                // The previous try's failure stands; the retry was never sent.
+                tracing::debug!(card = %ticket.task_id, "retry not sent: {refusal}");
+                break;
+            }
+        };
+        requests += 1;
+        let result = tokio::select! {
+            biased;
+            _ = wait_for_shutdown(&mut shutdown) => None,
+            result = ctx.client.send_once(&messages) => Some(result),
+        };
+        // Parsed before the ledger row is closed, so the row can say whether the paid answer
+        // was usable.
+        let (sent, close) = match result {
+            None => (Sent::Aborted, ledger_failed(None)),
+            Some(Err(err)) => {
+                let close = ledger_failed(Some(&err));
+                (Sent::Failed(err), close)
+            }
+            Some(Ok(done)) => {
+                let verdict = parse_reply(&done.content, &limits);
+                let close = ledger_answered(&done, verdict.as_ref().err());
+                store
+                    .call(move |s| s.ledger_close(ledger_id, &close))
+                    .await?;
+                return Ok((Sent::Answered(verdict), requests));
+            }
+        };
+        store
+            .call(move |s| s.ledger_close(ledger_id, &close))
+            .await?;
+        let retry = matches!(&sent, Sent::Failed(err) if err.is_transient());
+        last = sent;
+        if !retry {
+            break;
+        }
+    }
+    Ok((last, requests))
+}
+
+/// Applies a validated plan; fills in the outcome's success (or why nothing was applied).
+async fn apply(
+    store: &BoardHandle,
+    cfg: &Config,
+    task_id: &str,
+    plan: Plan,
+    origin: Origin,
+    outcome: &mut AttemptOutcome,
+) -> Result<(), AttemptError> {
+    let opts = ApplyOptions {
+        orchestrator: cfg.kanban.orchestrator_profile.clone(),
+        auto_promote: cfg.kanban.auto_promote_children,
+        author: match origin {
+            Origin::Manual => "decomposer".to_owned(),
+            Origin::Gateway | Origin::Sweep => "auto-decomposer".to_owned(),
         },
-        Some(Err(err)) => LedgerClose {
-            ended_at_ms,
-            outcome: err.outcome().to_owned(),
-            http_status: err.http_status(),
-            detail: Some(err.to_string()),
-            ..LedgerClose::default()
-        },
+        now_ms: now_ms(),
+    };
+    let id = task_id.to_owned();
+    match store.call(move |s| s.apply_plan(&id, &plan, &opts)).await? {
+        ApplyResult::Fanout { child_ids } => {
+            outcome.ok = true;
+            outcome.fanout = true;
+            outcome.reason = format!("decomposed into {} children", child_ids.len());
+            outcome.child_ids = Some(child_ids);
+        }
+        ApplyResult::Single { new_title } => {
+            outcome.ok = true;
+            outcome.reason = "single task (no fanout)".to_owned();
+            outcome.new_title = new_title;
+        }
+        ApplyResult::LeftTriage { status } => {
+            // Nothing was written (B4); the card is no longer ours to retry.
+            outcome.reason =
+                format!("card left triage during the call (status {status}); nothing applied");
+        }
+    }
+    Ok(())
+}
+
+/// The ledger row of a request the provider answered: `ok` when the reply was usable,
+/// `rejected` (a paid call wasted on an unusable reply) when it was not.
+fn ledger_answered(done: &Completion, rejection: Option<&Rejection>) -> LedgerClose {
+    LedgerClose {
+        ended_at_ms: now_ms(),
+        outcome: if rejection.is_some() {
+            "rejected"
+        } else {
+            "ok"
+        }
+        .to_owned(),
+        http_status: Some(done.http_status),
+        prompt_tokens: done.usage.prompt_tokens,
+        completion_tokens: done.usage.completion_tokens,
+        detail: rejection.map(|r| r.to_string()),
+    }
+}
+
+/// The ledger row of a request that got no answer: `err`, or aborted by shutdown when `None`.
+fn ledger_failed(err: Option<&AuxError>) -> LedgerClose {
+    let (outcome, http_status, detail) = match err {
+        None => ("aborted", None, "the gateway was shutting down".to_owned()),
+        Some(err) => (err.outcome(), err.http_status(), err.to_string()),
+    };
+    LedgerClose {
+        ended_at_ms: now_ms(),
+        outcome: outcome.to_owned(),
+        http_status,
+        detail: Some(detail),
+        ..LedgerClose::default()
     }
 }
 
