@@ -791,10 +791,9 @@ fn a_fanout_writes_the_whole_graph() {
             created,
             vec![json!({"by": "auto-decomposer", "from_decompose_of": root})]
         );
-        assert_eq!(
+        assert!(
             store.children_of(&task.id).unwrap().contains(&root),
-            true,
-            "child {index}"
+            "child {index} does not hold the root back"
         );
     }
     assert_eq!(kinds(&store, &child_ids[0]), ["created", "promoted"]);
