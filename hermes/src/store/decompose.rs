@@ -140,7 +140,8 @@ pub enum AutoGate {
 impl Store {
     /// Counts an attempt on `task_id` — before any request is sent (B1) — or says why there must
     /// be none. One `BEGIN IMMEDIATE` transaction, so two processes can never both count the
-    /// same due slot.
+    /// same due slot. A refusal writes nothing, except that a card found with its budget spent
+    /// but not yet parked is parked there and then (with its `decompose_parked` event).
     pub fn begin_attempt(
         &mut self,
         task_id: &str,
@@ -334,6 +335,14 @@ fn begin_attempt(
     let state = state_row(tx, task_id)?;
     if policy.origin.is_automatic() {
         if let Some(refusal) = automatic_refusal(tx, &card, state.as_ref(), policy)? {
+            if let (BeginRefusal::Parked { attempts }, Some(None)) =
+                (&refusal, state.as_ref().map(|s| s.parked_at_ms))
+            {
+                // The budget is spent but the card was never parked: its last attempt died before
+                // recording its end, or the budget was lowered since. Left due, it would be picked
+                // and refused on every tick, holding a slot fresh cards need (B2).
+                park_spent_card(tx, task_id, *attempts, policy)?;
+            }
             return Ok(Err(refusal));
         }
     }
@@ -360,6 +369,32 @@ fn begin_attempt(
         body: card.body,
         assignee: card.assignee,
     }))
+}
+
+fn park_spent_card(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    attempts: u32,
+    policy: &BeginPolicy,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE hermes_decompose_state SET due_at_ms = NULL, parked_at_ms = ?2 WHERE task_id = ?1",
+        params![task_id, policy.now_ms],
+    )
+    .sql("parking a card whose budget is spent")?;
+    add_event(
+        tx,
+        task_id,
+        "decompose_parked",
+        Some(&json!({
+            "attempts": attempts,
+            "reason": format!(
+                "{attempts} attempts reached kanban.decompose_max_attempts ({})",
+                policy.max_attempts
+            ),
+        })),
+    )?;
+    Ok(())
 }
 
 fn automatic_refusal(

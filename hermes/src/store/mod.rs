@@ -6,6 +6,8 @@
 
 pub(crate) mod board;
 mod decompose;
+#[cfg(test)]
+mod decompose_tests;
 mod ledger;
 mod pyjson;
 pub(crate) mod schema;

@@ -1,0 +1,815 @@
+//! `run_attempt` end to end against a fake provider (wiremock) and a scratch board: what one
+//! attempt pays for (B1, B9), how it fails (B3, B5, B8), when the card is due again (B2), and that
+//! a card which left triage during the call gets no rows (B4).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hermes::config::Config;
+use hermes::decompose::attempt::{
+    backoff_ms, run_attempt, AttemptContext, AttemptOutcome, ProviderFault, Refused,
+};
+use hermes::store::{now_ms, BeginRefusal, DecomposeState, NewTask, Origin, Status, Store};
+use rstest::rstest;
+use rusqlite::{Connection, OpenFlags};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+const PROMPT_TOKENS: u64 = 120;
+const COMPLETION_TOKENS: u64 = 34;
+
+fn chat_reply(content: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                  "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}
+    }))
+}
+
+fn three_child_graph() -> String {
+    json!({
+        "fanout": true,
+        "rationale": "three steps",
+        "tasks": [
+            {"title": "Design the schema", "body": "tables and indexes", "assignee": "coder", "parents": []},
+            {"title": "Write the migration", "body": "additive only", "assignee": null, "parents": [0]},
+            {"title": "Review", "body": "", "assignee": "default", "parents": [0, 1]},
+        ]
+    })
+    .to_string()
+}
+
+/// A provider answering every chat-completions POST with `respond`.
+async fn provider(respond: impl Respond + 'static) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(respond)
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn requests(server: &MockServer) -> Vec<Request> {
+    server.received_requests().await.unwrap_or_default()
+}
+
+/// A scratch board with one triage card.
+struct Board {
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+    card: String,
+}
+
+impl Board {
+    fn new(title: &str) -> Board {
+        Board::with(NewTask {
+            title: title.into(),
+            body: Some("the details".into()),
+            triage: true,
+            ..NewTask::default()
+        })
+    }
+
+    fn with(task: NewTask) -> Board {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("kanban.db");
+        let card = Store::open(&db).unwrap().create_task(&task).unwrap().id;
+        Board {
+            _dir: dir,
+            db,
+            card,
+        }
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&self.db).unwrap()
+    }
+
+    fn state(&self) -> DecomposeState {
+        self.store().get(&self.card).unwrap().decompose.unwrap()
+    }
+
+    fn event_kinds(&self) -> Vec<String> {
+        let events = self.store().events_of(&self.card).unwrap();
+        events.into_iter().map(|e| e.kind).collect()
+    }
+
+    fn payloads(&self, kind: &str) -> Vec<Value> {
+        let events = self.store().events_of(&self.card).unwrap();
+        events
+            .into_iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| e.payload.unwrap_or(Value::Null))
+            .collect()
+    }
+
+    fn ledger(&self) -> Vec<LedgerRow> {
+        ledger_rows(&self.db)
+    }
+
+    fn count(&self, table: &str) -> i64 {
+        read_only(&self.db)
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    }
+}
+
+fn read_only(db: &Path) -> Connection {
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct LedgerRow {
+    origin: String,
+    attempt: u32,
+    try_no: u32,
+    outcome: String,
+    http_status: Option<u16>,
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    closed: bool,
+}
+
+fn ledger_rows(db: &Path) -> Vec<LedgerRow> {
+    let conn = read_only(db);
+    let mut stmt = conn
+        .prepare(
+            "SELECT origin, attempt, try, outcome, http_status, prompt_tokens, completion_tokens,
+                    ended_at_ms IS NOT NULL
+             FROM hermes_aux_ledger ORDER BY id",
+        )
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(LedgerRow {
+                origin: r.get(0)?,
+                attempt: r.get(1)?,
+                try_no: r.get(2)?,
+                outcome: r.get(3)?,
+                http_status: r.get(4)?,
+                prompt_tokens: r.get::<_, Option<i64>>(5)?.map(|n| n as u64),
+                completion_tokens: r.get::<_, Option<i64>>(6)?.map(|n| n as u64),
+                closed: r.get(7)?,
+            })
+        })
+        .unwrap();
+    rows.collect::<Result<_, _>>().unwrap()
+}
+
+fn config(server: &MockServer) -> Config {
+    let mut config = Config::default();
+    config.model.base_url = Some(format!("{}/v1", server.uri()));
+    config.model.default = Some("decomposer-test".into());
+    config.auxiliary.transient_retries = 0;
+    config.auxiliary.timeout = Duration::from_secs(10);
+    config.kanban.decompose_backoff = Duration::from_secs(60);
+    config
+}
+
+fn context(config: Config, board: &Board) -> AttemptContext {
+    AttemptContext::new(
+        Arc::new(config),
+        Some("sk-test-key".into()),
+        vec!["coder".into(), "default".into()],
+        board.db.clone(),
+    )
+    .unwrap()
+}
+
+/// The shutdown signal and its sender; the sender must outlive the attempt, since a closed
+/// channel reads as a shutdown.
+fn running() -> (watch::Sender<bool>, watch::Receiver<bool>) {
+    watch::channel(false)
+}
+
+async fn attempt(ctx: &AttemptContext, board: &Board, origin: Origin) -> AttemptOutcome {
+    let (_keep, shutdown) = running();
+    match run_attempt(ctx, &board.card, origin, shutdown)
+        .await
+        .unwrap()
+    {
+        Ok(outcome) => outcome,
+        Err(refused) => panic!("attempt refused: {refused:?}"),
+    }
+}
+
+async fn refused(ctx: &AttemptContext, card: &str, origin: Origin) -> Refused {
+    let (_keep, shutdown) = running();
+    match run_attempt(ctx, card, origin, shutdown).await.unwrap() {
+        Ok(outcome) => panic!("expected a refusal, the attempt ran: {outcome:?}"),
+        Err(refused) => refused,
+    }
+}
+
+#[tokio::test]
+async fn a_valid_graph_is_applied_after_one_request() {
+    let server = provider(chat_reply(&three_child_graph())).await;
+    let board = Board::new("Add the audit log");
+    let ctx = context(config(&server), &board);
+
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    assert!(outcome.ok, "{outcome:?}");
+    assert!(outcome.fanout);
+    assert_eq!(
+        (outcome.requests, outcome.attempt, outcome.parked),
+        (1, 1, false)
+    );
+    assert_eq!(outcome.provider_fault, None);
+    let child_ids = outcome.child_ids.clone().unwrap();
+    assert_eq!(child_ids.len(), 3);
+
+    let store = board.store();
+    let titles: Vec<String> = child_ids
+        .iter()
+        .map(|id| store.get(id).unwrap().title)
+        .collect();
+    assert_eq!(
+        titles,
+        ["Design the schema", "Write the migration", "Review"]
+    );
+    assert_eq!(
+        store.get(&child_ids[1]).unwrap().assignee.as_deref(),
+        Some("default")
+    );
+    let root = store.get(&board.card).unwrap();
+    assert_eq!(root.status, Status::Todo);
+    assert_eq!(
+        board.payloads("decomposed"),
+        vec![json!({"child_ids": child_ids, "root_assignee": "default"})]
+    );
+    let state = root.decompose.unwrap();
+    assert_eq!(
+        (state.attempts, state.due_at_ms, state.parked_at_ms),
+        (1, None, None)
+    );
+
+    assert_eq!(
+        board.ledger(),
+        vec![LedgerRow {
+            origin: "gateway".into(),
+            attempt: 1,
+            try_no: 1,
+            outcome: "ok".into(),
+            http_status: Some(200),
+            prompt_tokens: Some(PROMPT_TOKENS),
+            completion_tokens: Some(COMPLETION_TOKENS),
+            closed: true,
+        }]
+    );
+
+    // The request itself: an aux call, not an agent turn, about this card.
+    let sent = requests(&server).await;
+    assert_eq!(sent.len(), 1);
+    let body: Value = serde_json::from_slice(&sent[0].body).unwrap();
+    assert!(body.get("tools").is_none(), "{body}");
+    assert_eq!(body["model"], json!("decomposer-test"));
+    let user = body["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        user.starts_with(&format!("Task id: {}\n", board.card)),
+        "{user}"
+    );
+    assert!(user.contains("Add the audit log"), "{user}");
+    assert_eq!(
+        sent[0]
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok()),
+        Some("Bearer sk-test-key")
+    );
+
+    // B4: a decomposed card is never billed again.
+    let again = refused(&ctx, &board.card, Origin::Gateway).await;
+    assert_eq!(
+        again.refusal,
+        BeginRefusal::NotInTriage {
+            status: "todo".into()
+        }
+    );
+    assert_eq!(requests(&server).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_single_reply_specifies_the_card_in_place() {
+    let reply = json!({"fanout": false, "rationale": "small", "title": "Rotate the API key",
+                       "body": "Steps: revoke, issue, deploy", "assignee": "coder"});
+    let server = provider(chat_reply(&reply.to_string())).await;
+    let board = Board::new("key thing");
+    let ctx = context(config(&server), &board);
+
+    let outcome = attempt(&ctx, &board, Origin::Manual).await;
+    assert!(outcome.ok && !outcome.fanout, "{outcome:?}");
+    assert_eq!(outcome.new_title.as_deref(), Some("Rotate the API key"));
+    let task = board.store().get(&board.card).unwrap();
+    assert_eq!(
+        (task.title.as_str(), task.status),
+        ("Rotate the API key", Status::Ready)
+    );
+    assert_eq!(task.assignee.as_deref(), Some("coder"));
+    assert_eq!(board.count("tasks"), 1);
+    assert!(board.event_kinds().contains(&"specified".to_owned()));
+}
+
+#[tokio::test]
+async fn a_malformed_reply_fails_the_attempt_and_the_card_waits_out_the_backoff() {
+    let server = provider(chat_reply(
+        "Sure! Here is my plan: first design, then build.",
+    ))
+    .await;
+    let board = Board::new("vague");
+    let cfg = config(&server);
+    let backoff = backoff_ms(&cfg, 1);
+    assert_eq!(backoff, 60_000);
+    let ctx = context(cfg, &board);
+
+    let before = now_ms();
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let after = now_ms();
+    assert!(!outcome.ok);
+    assert!(
+        outcome.reason.starts_with("reply rejected:"),
+        "{}",
+        outcome.reason
+    );
+    assert_eq!(
+        (outcome.requests, outcome.attempt, outcome.parked),
+        (1, 1, false)
+    );
+    assert_eq!(outcome.provider_fault, None);
+
+    let state = board.state();
+    assert_eq!(state.attempts, 1);
+    assert_eq!(state.last_error.as_deref(), Some(outcome.reason.as_str()));
+    let due = state.due_at_ms.unwrap();
+    assert!(
+        due >= before + backoff && due <= after + backoff,
+        "{due} vs {before}..{after}"
+    );
+    let failed = board.payloads("decompose_failed");
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["attempt"], json!(1));
+    assert_eq!(failed[0]["origin"], json!("gateway"));
+    assert_eq!(failed[0]["reason"], json!(outcome.reason));
+    assert_eq!(
+        failed[0]["next_attempt_at"].as_f64(),
+        Some(due as f64 / 1000.0)
+    );
+    assert_eq!(
+        board.count("tasks"),
+        1,
+        "B3: a rejected reply writes no card"
+    );
+    assert_eq!(board.count("task_links"), 0);
+    assert_eq!(
+        board.store().get(&board.card).unwrap().status,
+        Status::Triage
+    );
+
+    // In backoff the automatic paths do not pay again.
+    let waiting = refused(&ctx, &board.card, Origin::Gateway).await;
+    assert_eq!(waiting.refusal, BeginRefusal::InBackoff { until_ms: due });
+    assert_eq!(waiting.outcome.requests, 0);
+    assert_eq!(requests(&server).await.len(), 1);
+}
+
+#[rstest]
+#[case::no_retries(0, 1)]
+#[case::two_retries(2, 3)]
+#[tokio::test]
+async fn server_errors_are_retried_inside_one_attempt(#[case] retries: u32, #[case] sent: u32) {
+    let server = provider(ResponseTemplate::new(500).set_body_string("upstream exploded")).await;
+    let board = Board::new("unlucky");
+    let mut cfg = config(&server);
+    cfg.auxiliary.transient_retries = retries;
+    let ctx = context(cfg, &board);
+
+    let outcome = attempt(&ctx, &board, Origin::Sweep).await;
+    assert!(!outcome.ok);
+    assert_eq!(outcome.requests, sent);
+    assert_eq!(requests(&server).await.len(), sent as usize);
+    assert!(outcome.reason.contains("HTTP 500"), "{}", outcome.reason);
+    let rows = board.ledger();
+    assert_eq!(rows.len(), sent as usize, "one ledger row per request");
+    for (index, row) in rows.iter().enumerate() {
+        assert_eq!(row.try_no, index as u32 + 1);
+        assert_eq!(row.attempt, 1, "retries belong to the same attempt");
+        assert_eq!(
+            (
+                row.outcome.as_str(),
+                row.http_status,
+                row.origin.as_str(),
+                row.closed
+            ),
+            ("server_error", Some(500), "sweep", true)
+        );
+    }
+    assert_eq!(board.state().attempts, 1, "one attempt, however many tries");
+    assert_eq!(board.payloads("decompose_failed").len(), 1);
+}
+
+#[rstest]
+#[case::billing(402, ProviderFault::Billing { status: 402 }, "billing")]
+#[case::bad_key(401, ProviderFault::Auth { status: 401 }, "auth")]
+#[case::forbidden(403, ProviderFault::Auth { status: 403 }, "auth")]
+#[tokio::test]
+async fn a_provider_refusal_costs_one_request_and_is_reported_as_provider_wide(
+    #[case] status: u16,
+    #[case] fault: ProviderFault,
+    #[case] label: &str,
+) {
+    let server = provider(ResponseTemplate::new(status)).await;
+    let board = Board::new("cannot pay");
+    let mut cfg = config(&server);
+    cfg.auxiliary.transient_retries = 2;
+    let ctx = context(cfg, &board);
+
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    assert!(!outcome.ok);
+    assert_eq!(outcome.provider_fault, Some(fault));
+    assert_eq!(outcome.requests, 1, "a refusal is not retried");
+    assert_eq!(requests(&server).await.len(), 1);
+    let rows = board.ledger();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].outcome.as_str(), rows[0].http_status),
+        (label, Some(status))
+    );
+    assert_eq!(board.payloads("decompose_failed").len(), 1);
+}
+
+#[tokio::test]
+async fn a_rate_limit_keeps_the_card_waiting_at_least_as_long_as_retry_after() {
+    let server = provider(ResponseTemplate::new(429).insert_header("Retry-After", "30")).await;
+    let board = Board::new("too fast");
+    let mut cfg = config(&server);
+    cfg.kanban.decompose_backoff = Duration::from_secs(1);
+    cfg.auxiliary.transient_retries = 2;
+    let ctx = context(cfg, &board);
+
+    let before = now_ms();
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    assert_eq!(
+        outcome.provider_fault,
+        Some(ProviderFault::RateLimited {
+            retry_after: Some(Duration::from_secs(30))
+        })
+    );
+    assert_eq!(outcome.requests, 1);
+    let due = board.state().due_at_ms.unwrap();
+    assert!(
+        due >= before + 30_000,
+        "due {} ms from the start, not 30 s",
+        due - before
+    );
+    let rows = board.ledger();
+    assert_eq!(
+        (rows[0].outcome.as_str(), rows[0].http_status),
+        ("rate_limited", Some(429))
+    );
+}
+
+#[tokio::test]
+async fn the_third_failure_parks_the_card_and_nothing_more_is_paid() {
+    let server = provider(chat_reply("{\"fanout\": true, \"tasks\": []}")).await;
+    let board = Board::new("poison");
+    let mut cfg = config(&server);
+    // Due again at once, so three automatic attempts run back to back.
+    cfg.kanban.decompose_backoff = Duration::ZERO;
+    let ctx = context(cfg, &board);
+
+    for attempt_no in 1..=3 {
+        let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+        assert!(!outcome.ok);
+        assert_eq!(outcome.attempt, attempt_no);
+        assert_eq!(outcome.parked, attempt_no == 3, "attempt {attempt_no}");
+    }
+    let state = board.state();
+    assert_eq!((state.attempts, state.due_at_ms), (3, None));
+    assert!(state.parked_at_ms.is_some());
+    let parked = board.payloads("decompose_parked");
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0]["attempts"], json!(3));
+    let failed = board.payloads("decompose_failed");
+    assert_eq!(failed.len(), 3);
+    assert_eq!(failed[2]["next_attempt_at"], Value::Null);
+    assert_eq!(
+        board.store().get(&board.card).unwrap().status,
+        Status::Triage
+    );
+
+    for origin in [Origin::Gateway, Origin::Sweep] {
+        let stop = refused(&ctx, &board.card, origin).await;
+        assert_eq!(stop.refusal, BeginRefusal::Parked { attempts: 3 });
+        assert_eq!(stop.outcome.requests, 0);
+    }
+    assert_eq!(
+        requests(&server).await.len(),
+        3,
+        "B1: at most decompose_max_attempts paid"
+    );
+
+    // A person may still pay for one more; it is recorded, and the park is not announced again.
+    let manual = attempt(&ctx, &board, Origin::Manual).await;
+    assert_eq!((manual.attempt, manual.requests), (4, 1));
+    assert_eq!(board.payloads("decompose_parked").len(), 1);
+    assert_eq!(board.payloads("decompose_failed").len(), 4);
+}
+
+#[tokio::test]
+async fn a_hung_provider_ends_the_attempt_at_the_timeout() {
+    let server =
+        provider(chat_reply(&three_child_graph()).set_delay(Duration::from_secs(30))).await;
+    let board = Board::new("slow");
+    let mut cfg = config(&server);
+    cfg.auxiliary.timeout = Duration::from_millis(300);
+    cfg.auxiliary.transient_retries = 2;
+    let ctx = context(cfg, &board);
+
+    let started = Instant::now();
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "B8: the attempt took {took:?}"
+    );
+    assert!(!outcome.ok);
+    assert!(
+        outcome.reason.contains("no complete reply within 0.3s"),
+        "{}",
+        outcome.reason
+    );
+    assert_eq!(outcome.requests, 1, "a timeout is not retried");
+    let rows = board.ledger();
+    assert_eq!((rows.len(), rows[0].outcome.as_str()), (1, "timeout"));
+    assert_eq!(board.payloads("decompose_failed").len(), 1);
+    assert_eq!(board.count("tasks"), 1);
+}
+
+/// Replies after a long delay, and says when each request has arrived.
+struct Hang {
+    arrived: mpsc::UnboundedSender<()>,
+}
+
+impl Respond for Hang {
+    fn respond(&self, _request: &Request) -> ResponseTemplate {
+        let _ = self.arrived.send(());
+        chat_reply(&three_child_graph()).set_delay(Duration::from_secs(60))
+    }
+}
+
+#[tokio::test]
+async fn shutdown_aborts_the_request_in_flight_and_records_it() {
+    let (arrived, mut arrivals) = mpsc::unbounded_channel();
+    let server = provider(Hang { arrived }).await;
+    let board = Board::new("interrupted");
+    let mut cfg = config(&server);
+    cfg.auxiliary.timeout = Duration::from_secs(30);
+    let ctx = context(cfg, &board);
+
+    let (stop, shutdown) = running();
+    let card = board.card.clone();
+    let run =
+        tokio::spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
+    tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
+        .await
+        .expect("the request never reached the provider");
+    // While the provider hangs, the row is there and still open.
+    let open = board.ledger();
+    assert_eq!(
+        (open.len(), open[0].outcome.as_str(), open[0].closed),
+        (1, "in_flight", false)
+    );
+
+    let flipped = Instant::now();
+    stop.send(true).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(2), run)
+        .await
+        .expect("the attempt did not stop within 2 s of shutdown")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(flipped.elapsed() < Duration::from_secs(2));
+    assert!(!outcome.ok);
+    assert!(outcome.reason.starts_with("aborted"), "{}", outcome.reason);
+    let rows = board.ledger();
+    assert_eq!(
+        (rows.len(), rows[0].outcome.as_str(), rows[0].closed),
+        (1, "aborted", true)
+    );
+    let failed = board.payloads("decompose_failed");
+    assert_eq!(failed.len(), 1);
+    assert!(
+        failed[0]["reason"].as_str().unwrap().starts_with("aborted"),
+        "{failed:?}"
+    );
+    assert_eq!(
+        board.state().attempts,
+        1,
+        "the abort still counts: the request was sent"
+    );
+    assert_eq!(board.count("tasks"), 1, "no half-written graph");
+}
+
+#[tokio::test]
+async fn the_hourly_ceiling_stops_a_retry_but_not_a_person() {
+    let server = provider(ResponseTemplate::new(503)).await;
+    let board = Board::new("ceiling");
+    let mut cfg = config(&server);
+    cfg.auxiliary.transient_retries = 2;
+    cfg.kanban.decompose_calls_per_hour = 2;
+    let ctx = context(cfg, &board);
+
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    assert_eq!(
+        outcome.requests, 2,
+        "B6: the third try would be the hour's third paid call"
+    );
+    assert!(
+        outcome.reason.contains("retry not sent"),
+        "{}",
+        outcome.reason
+    );
+    assert_eq!(board.ledger().len(), 2);
+    assert_eq!(requests(&server).await.len(), 2);
+
+    // The hour is full: the next automatic attempt on another card is refused before it is
+    // counted.
+    let second = board
+        .store()
+        .create_task(&NewTask {
+            title: "second".into(),
+            triage: true,
+            ..NewTask::default()
+        })
+        .unwrap()
+        .id;
+    let stop = refused(&ctx, &second, Origin::Sweep).await;
+    assert_eq!(
+        stop.refusal,
+        BeginRefusal::CeilingReached { calls: 2, limit: 2 }
+    );
+    let attempts_of_second = || {
+        board
+            .store()
+            .get(&second)
+            .unwrap()
+            .decompose
+            .unwrap()
+            .attempts
+    };
+    assert_eq!(attempts_of_second(), 0);
+
+    // A person's explicit attempt is not held to the automatic ceiling, retries included.
+    let manual = attempt_on(&ctx, &second, Origin::Manual).await;
+    assert_eq!(manual.requests, 3);
+    assert_eq!(attempts_of_second(), 1);
+    assert_eq!(requests(&server).await.len(), 5);
+}
+
+async fn attempt_on(ctx: &AttemptContext, card: &str, origin: Origin) -> AttemptOutcome {
+    let (_keep, shutdown) = running();
+    run_attempt(ctx, card, origin, shutdown)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Looks at the board at the moment the provider receives the request.
+struct Witness {
+    db: PathBuf,
+    card: String,
+    seen: Arc<Mutex<Vec<(u32, String)>>>,
+}
+
+impl Respond for Witness {
+    fn respond(&self, _request: &Request) -> ResponseTemplate {
+        let conn = read_only(&self.db);
+        let attempts: u32 = conn
+            .query_row(
+                "SELECT attempts FROM hermes_decompose_state WHERE task_id = ?1",
+                [&self.card],
+                |r| r.get(0),
+            )
+            .unwrap_or(0);
+        let outcome: String = conn
+            .query_row(
+                "SELECT outcome FROM hermes_aux_ledger ORDER BY id DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap_or_default();
+        self.seen.lock().unwrap().push((attempts, outcome));
+        ResponseTemplate::new(500)
+    }
+}
+
+#[tokio::test]
+async fn the_attempt_and_its_ledger_row_are_written_before_the_request_leaves() {
+    let board = Board::new("witnessed");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let server = provider(Witness {
+        db: board.db.clone(),
+        card: board.card.clone(),
+        seen: seen.clone(),
+    })
+    .await;
+    let mut cfg = config(&server);
+    cfg.auxiliary.transient_retries = 1;
+    let ctx = context(cfg, &board);
+
+    attempt(&ctx, &board, Origin::Gateway).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![(1, "in_flight".to_owned()), (1, "in_flight".to_owned())],
+        "B1/B9: counted and itemised before the provider sees the request"
+    );
+}
+
+/// Moves the card out of triage while the provider is "thinking", as a person might.
+struct MovesTheCard {
+    db: PathBuf,
+    card: String,
+    to: &'static str,
+}
+
+impl Respond for MovesTheCard {
+    fn respond(&self, _request: &Request) -> ResponseTemplate {
+        let conn = Connection::open(&self.db).unwrap();
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        conn.execute(
+            "UPDATE tasks SET status = ?2 WHERE id = ?1",
+            [&self.card, self.to],
+        )
+        .unwrap();
+        chat_reply(&three_child_graph())
+    }
+}
+
+#[tokio::test]
+async fn a_card_that_left_triage_during_the_call_gets_no_rows() {
+    let board = Board::new("taken by hand");
+    let server = provider(MovesTheCard {
+        db: board.db.clone(),
+        card: board.card.clone(),
+        to: "running",
+    })
+    .await;
+    let ctx = context(config(&server), &board);
+    let events_before = board.count("task_events");
+
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    assert!(!outcome.ok, "{outcome:?}");
+    assert!(outcome.reason.contains("left triage"), "{}", outcome.reason);
+    assert_eq!(outcome.child_ids, None);
+    assert_eq!(board.count("tasks"), 1, "B4: no child rows");
+    assert_eq!(board.count("task_links"), 0);
+    assert_eq!(board.count("task_events"), events_before);
+    let task = board.store().get(&board.card).unwrap();
+    assert_eq!(task.status, Status::Running, "the person's move stands");
+    assert_eq!(task.decompose.unwrap().due_at_ms, None);
+    assert_eq!(board.ledger()[0].outcome, "ok", "the call itself was paid");
+}
+
+#[tokio::test]
+async fn refused_attempts_send_nothing_and_count_nothing() {
+    let server = provider(chat_reply(&three_child_graph())).await;
+    let board = Board::with(NewTask {
+        title: "hands off".into(),
+        triage: true,
+        no_auto_decompose: true,
+        ..NewTask::default()
+    });
+    let ctx = context(config(&server), &board);
+
+    let opted_out = refused(&ctx, &board.card, Origin::Gateway).await;
+    assert_eq!(opted_out.refusal, BeginRefusal::OptedOut);
+    assert_eq!(
+        (opted_out.outcome.requests, opted_out.outcome.attempt),
+        (0, 0)
+    );
+    assert!(!opted_out.outcome.ok);
+    let unknown = refused(&ctx, "t_0badc0de", Origin::Manual).await;
+    assert_eq!(
+        unknown.refusal,
+        BeginRefusal::NoSuchTask("t_0badc0de".into())
+    );
+    assert_eq!(unknown.outcome.reason, "no such task: t_0badc0de");
+    assert!(requests(&server).await.is_empty());
+    assert_eq!(board.state().attempts, 0);
+    assert!(board.ledger().is_empty());
+
+    // B7: an explicit attempt may still decompose an opted-out card.
+    let manual = attempt(&ctx, &board, Origin::Manual).await;
+    assert!(manual.ok, "{manual:?}");
+    assert_eq!(manual.child_ids.map(|c| c.len()), Some(3));
+}
