@@ -241,6 +241,10 @@ pub async fn run_attempt(
             outcome.provider_fault = ProviderFault::from_error(&err);
             format!("provider call failed: {err}")
         }
+        Sent::RetryRefused { last, refusal } => {
+            outcome.provider_fault = ProviderFault::from_error(&last);
+            format!("provider call failed: {last}; retry not sent: {refusal}")
+        }
         Sent::Answered(Err(rejection)) => format!("reply rejected: {rejection}"),
         Sent::Answered(Ok(plan)) => {
             apply(&store, &cfg, &ticket.task_id, plan, origin, &mut outcome).await?;
@@ -277,6 +281,11 @@ enum Sent {
     Aborted,
     /// No usable answer: an HTTP or transport failure, or an unreadable body.
     Failed(AuxError),
+    /// A transient failure whose retry the hourly ceiling did not allow (B6).
+    RetryRefused {
+        last: AuxError,
+        refusal: BeginRefusal,
+    },
     /// The provider answered; the reply was validated whole.
     Answered(Result<Plan, Rejection>),
 }
@@ -310,6 +319,11 @@ async fn send(
     let mut requests = 0u32;
     let mut last = Sent::Failed(AuxError::Transport("no request sent".into()));
     for try_no in 1..=1 + cfg.auxiliary.transient_retries {
+        if *shutdown.borrow() {
+            // Nothing leaves once shutdown began; the attempt itself stays counted.
+            last = Sent::Aborted;
+            break;
+        }
         let open = LedgerOpen {
             task_id: ticket.task_id.clone(),
             origin,
@@ -323,8 +337,10 @@ async fn send(
         let ledger_id = match store.call(move |s| s.ledger_open(&open)).await? {
             Ok(id) => id,
             Err(refusal) => {
-                // The previous try's failure stands; the retry was never sent.
-                tracing::debug!(card = %ticket.task_id, "retry not sent: {refusal}");
+                // Only a retry can be refused here, so a previous try's failure stands.
+                if let Sent::Failed(err) = last {
+                    last = Sent::RetryRefused { last: err, refusal };
+                }
                 break;
             }
         };
