@@ -1,1 +1,868 @@
-//! placeholder
+//! The chat-completions client behind every paid decompose call.
+//!
+//! Each [`AuxClient::send_once`] is exactly one HTTP request: the caller owns the retry loop
+//! because it writes one ledger row per request, and [`AuxError::is_transient`] tells it which
+//! failures are worth another (paid) try. The whole exchange — connect, headers and body — is
+//! bounded by one wall-clock timeout and the body by a byte cap, so a hung or hostile provider
+//! costs at most `timeout` and `max_body_bytes`.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{self, HeaderMap, HeaderValue};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Reply bodies above this many bytes are cut off and treated as malformed (SPEC §7 B8).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How much of an error reply is read, only to log it: enough for a provider's message, not
+/// enough for a hostile one to cost memory or time.
+const ERROR_BODY_SNIPPET_BYTES: usize = 4 * 1024;
+/// How long the error-reply reader may wait for that snippet.
+const ERROR_BODY_SNIPPET_WAIT: Duration = Duration::from_secs(2);
+
+/// Everything one client needs; the caller derives it from the board's configuration.
+#[derive(Clone)]
+pub struct AuxSettings {
+    /// OpenAI-compatible base such as `http://127.0.0.1:8080/v1`, with or without a trailing slash.
+    pub base_url: String,
+    /// Model name sent in every request.
+    pub model: String,
+    /// Sent as `Authorization: Bearer …`; `None` (or blank) sends no such header.
+    pub api_key: Option<String>,
+    /// Wall-clock bound on one whole request, streaming included.
+    pub timeout: Duration,
+    /// Reply bodies larger than this are cut off while reading: [`AuxError::TooLarge`].
+    pub max_body_bytes: usize,
+    /// Sampling temperature sent in every request.
+    pub temperature: f32,
+    /// Completion token cap sent in every request.
+    pub max_tokens: u32,
+}
+
+// Hand-written so that the key never reaches a log line through `{:?}`.
+impl fmt::Debug for AuxSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuxSettings")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("temperature", &self.temperature)
+            .field("max_tokens", &self.max_tokens)
+            .finish()
+    }
+}
+
+/// One chat message as sent to the provider.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A `system` message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self {
+            role: "system".to_owned(),
+            content: content.into(),
+        }
+    }
+
+    /// A `user` message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: "user".to_owned(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Token counts as reported by the provider; either may be missing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Tokens in the request, when reported.
+    pub prompt_tokens: Option<u64>,
+    /// Tokens in the reply, when reported.
+    pub completion_tokens: Option<u64>,
+}
+
+/// A successful exchange: the assistant's text, non-empty after trimming.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The assistant message content, as the provider sent it.
+    pub content: String,
+    /// HTTP status of the reply (a 2xx).
+    pub http_status: u16,
+    /// Token counts, when the provider reported them.
+    pub usage: Usage,
+    /// True when the reply arrived as a server-sent-event stream.
+    pub streamed: bool,
+}
+
+/// Why one request did not produce a usable completion.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AuxError {
+    /// 401 or 403: the key is missing, wrong or not allowed.
+    #[error("provider rejected the credentials (HTTP {status})")]
+    Auth { status: u16 },
+    /// 402: the account cannot pay.
+    #[error("provider refused for billing reasons (HTTP {status})")]
+    Billing { status: u16 },
+    /// 429, with the provider's `Retry-After` when it sent a readable one.
+    #[error("provider rate limit hit (HTTP 429{})", fmt_retry_after(*.retry_after))]
+    RateLimited { retry_after: Option<Duration> },
+    /// Any other non-success status below 500 (redirects are not followed: each would be
+    /// another request).
+    #[error("provider rejected the request (HTTP {status})")]
+    Client { status: u16 },
+    /// 5xx.
+    #[error("provider failed (HTTP {status})")]
+    Server { status: u16 },
+    /// The whole exchange did not finish within the configured bound.
+    #[error("no complete reply within {}s", .after.as_secs_f64())]
+    Timeout { after: Duration },
+    /// The connection could not be made or broke off.
+    #[error("transport error: {0}")]
+    Transport(String),
+    /// A reply arrived but holds no usable completion.
+    #[error("malformed reply: {0}")]
+    Malformed(String),
+    /// The reply body exceeded the byte cap and was cut off.
+    #[error("reply larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    /// The settings cannot make a valid request; no request was sent.
+    #[error("invalid aux settings: {0}")]
+    InvalidSettings(String),
+}
+
+fn fmt_retry_after(retry_after: Option<Duration>) -> String {
+    match retry_after {
+        Some(wait) => format!(", retry after {}s", wait.as_secs_f64()),
+        None => String::new(),
+    }
+}
+
+impl AuxError {
+    /// Worth another try within the same attempt: 5xx and connection-level failures only.
+    /// Timeouts are not (the provider may be hung, and another try costs another `timeout`),
+    /// nor 4xx (the same request would fail the same way), nor malformed or oversized replies.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, AuxError::Server { .. } | AuxError::Transport(_))
+    }
+
+    /// The HTTP status that caused this error, when one arrived.
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            AuxError::Auth { status }
+            | AuxError::Billing { status }
+            | AuxError::Client { status }
+            | AuxError::Server { status } => Some(*status),
+            AuxError::RateLimited { .. } => Some(429),
+            AuxError::Timeout { .. }
+            | AuxError::Transport(_)
+            | AuxError::Malformed(_)
+            | AuxError::TooLarge { .. }
+            | AuxError::InvalidSettings(_) => None,
+        }
+    }
+
+    /// Short stable label for the ledger's `outcome` column.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            AuxError::Auth { .. } => "auth",
+            AuxError::Billing { .. } => "billing",
+            AuxError::RateLimited { .. } => "rate_limited",
+            AuxError::Client { .. } => "client_error",
+            AuxError::Server { .. } => "server_error",
+            AuxError::Timeout { .. } => "timeout",
+            AuxError::Transport(_) => "transport",
+            AuxError::Malformed(_) => "malformed",
+            AuxError::TooLarge { .. } => "too_large",
+            AuxError::InvalidSettings(_) => "invalid_settings",
+        }
+    }
+}
+
+/// A chat-completions client holding one connection pool, so retries reuse connections.
+pub struct AuxClient {
+    http: reqwest::Client,
+    endpoint: reqwest::Url,
+    settings: AuxSettings,
+}
+
+impl fmt::Debug for AuxClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuxClient")
+            .field("endpoint", &self.endpoint.as_str())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// The request body; no `tools` key on purpose (providers and recorders tell aux calls from agent
+/// turns by its absence), and `stream: false` although streamed replies are read anyway.
+#[derive(Serialize)]
+struct ChatRequest<'a> {
+    model: &'a str,
+    messages: &'a [ChatMessage],
+    temperature: f32,
+    max_tokens: u32,
+    stream: bool,
+}
+
+impl AuxClient {
+    /// Checks the settings and builds the HTTP client; sends nothing.
+    pub fn new(settings: AuxSettings) -> Result<Self, AuxError> {
+        let endpoint = chat_completions_url(&settings.base_url)?;
+        if !settings.temperature.is_finite() {
+            return Err(AuxError::InvalidSettings(format!(
+                "temperature must be a finite number, got {}",
+                settings.temperature
+            )));
+        }
+
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        if let Some(key) = settings
+            .api_key
+            .as_deref()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+        {
+            // The error names no part of the key: it could end up in a log.
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                AuxError::InvalidSettings(
+                    "API key contains characters not allowed in an HTTP header".to_owned(),
+                )
+            })?;
+            value.set_sensitive(true);
+            headers.insert(header::AUTHORIZATION, value);
+        }
+
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("hermes/", env!("CARGO_PKG_VERSION")))
+            .default_headers(headers)
+            // Following a redirect would be a second request inside one ledger row.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|err| AuxError::InvalidSettings(format!("cannot build HTTP client: {err}")))?;
+
+        Ok(Self {
+            http,
+            endpoint,
+            settings,
+        })
+    }
+
+    /// One POST `{base_url}/chat/completions`, bounded by the configured timeout and body cap.
+    pub async fn send_once(&self, messages: &[ChatMessage]) -> Result<Completion, AuxError> {
+        let timeout = self.settings.timeout;
+        match tokio::time::timeout(timeout, self.exchange(messages)).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(AuxError::Timeout { after: timeout }),
+        }
+    }
+
+    /// The URL requests go to.
+    pub fn endpoint(&self) -> &str {
+        self.endpoint.as_str()
+    }
+
+    async fn exchange(&self, messages: &[ChatMessage]) -> Result<Completion, AuxError> {
+        let body = serde_json::to_vec(&ChatRequest {
+            model: &self.settings.model,
+            messages,
+            temperature: self.settings.temperature,
+            max_tokens: self.settings.max_tokens,
+            stream: false,
+        })
+        .map_err(|err| AuxError::InvalidSettings(format!("cannot encode request: {err}")))?;
+
+        let mut response = self
+            .http
+            .post(self.endpoint.clone())
+            .body(body)
+            .send()
+            .await
+            .map_err(transport_error)?;
+
+        let status = response.status();
+        if !status.is_success() {
+            let error = status_error(status.as_u16(), response.headers(), SystemTime::now());
+            log_error_snippet(response, &error);
+            return Err(error);
+        }
+
+        let limit = self.settings.max_body_bytes;
+        if response
+            .content_length()
+            .is_some_and(|len| len > limit as u64)
+        {
+            return Err(AuxError::TooLarge { limit });
+        }
+
+        let is_event_stream = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| {
+                value
+                    .trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            });
+
+        let reply = if is_event_stream {
+            read_event_stream(&mut response, limit).await?
+        } else {
+            let body = read_capped(&mut response, limit).await?;
+            parse_json_or_sse_body(&body)?
+        };
+
+        if reply.content.trim().is_empty() {
+            return Err(AuxError::Malformed("empty reply".to_owned()));
+        }
+        Ok(Completion {
+            content: reply.content,
+            http_status: status.as_u16(),
+            usage: reply.usage,
+            streamed: reply.streamed,
+        })
+    }
+}
+
+/// What a reply body yields before the emptiness check.
+struct ParsedReply {
+    content: String,
+    usage: Usage,
+    streamed: bool,
+}
+
+fn chat_completions_url(base_url: &str) -> Result<reqwest::Url, AuxError> {
+    let base = base_url.trim();
+    if base.is_empty() {
+        return Err(AuxError::InvalidSettings(
+            "model base URL is empty".to_owned(),
+        ));
+    }
+    let joined = format!("{}/chat/completions", base.trim_end_matches('/'));
+    let url = reqwest::Url::parse(&joined).map_err(|err| {
+        AuxError::InvalidSettings(format!("model base URL {base:?} is not a valid URL: {err}"))
+    })?;
+    match url.scheme() {
+        "http" | "https" => Ok(url),
+        other => Err(AuxError::InvalidSettings(format!(
+            "model base URL {base:?} must be http or https, not {other}"
+        ))),
+    }
+}
+
+/// Flattens the error chain: reqwest's own message ("error sending request") hides the cause
+/// ("Connection refused") in its sources.
+fn transport_error(err: reqwest::Error) -> AuxError {
+    let err = err.without_url();
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    AuxError::Transport(message)
+}
+
+fn status_error(status: u16, headers: &HeaderMap, now: SystemTime) -> AuxError {
+    match status {
+        401 | 403 => AuxError::Auth { status },
+        402 => AuxError::Billing { status },
+        429 => AuxError::RateLimited {
+            retry_after: headers
+                .get(header::RETRY_AFTER)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| parse_retry_after(value, now)),
+        },
+        500..=599 => AuxError::Server { status },
+        _ => AuxError::Client { status },
+    }
+}
+
+/// `Retry-After` as delay-seconds (integer or, leniently, fractional) or an HTTP date; a date in
+/// the past means "now". Anything else is unreadable: `None`.
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<f64>() {
+        // Rejects negative, NaN and infinite values, which `parse` accepts.
+        return Duration::try_from_secs_f64(seconds).ok();
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Logs the start of an error reply at debug level. The status already decided the error, so
+/// the body is read off the caller's path: a provider that sends a 500 and then stalls must not
+/// turn a server error into a timeout.
+fn log_error_snippet(mut response: reqwest::Response, error: &AuxError) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let outcome = error.outcome();
+    tokio::spawn(async move {
+        let mut snippet = Vec::new();
+        let read = async {
+            while snippet.len() < ERROR_BODY_SNIPPET_BYTES {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => snippet.extend_from_slice(&chunk),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(ERROR_BODY_SNIPPET_WAIT, read).await;
+        snippet.truncate(ERROR_BODY_SNIPPET_BYTES);
+        tracing::debug!(
+            outcome,
+            body = %String::from_utf8_lossy(&snippet),
+            "aux provider returned an error status"
+        );
+    });
+}
+
+/// The whole body, refusing to hold more than `limit` bytes.
+async fn read_capped(response: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, AuxError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+        if body.len() + chunk.len() > limit {
+            return Err(AuxError::TooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Parses the stream as it arrives, so a provider that sends `[DONE]` and then holds the
+/// connection open is not waited on.
+async fn read_event_stream(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<ParsedReply, AuxError> {
+    let mut stream = SseReader::default();
+    let mut received = 0usize;
+    while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+        received += chunk.len();
+        if received > limit {
+            return Err(AuxError::TooLarge { limit });
+        }
+        if stream.feed(&chunk)? {
+            return Ok(stream.into_reply());
+        }
+    }
+    stream.finish()
+}
+
+/// A JSON body, or — for providers that stream without saying so — an SSE body.
+fn parse_json_or_sse_body(body: &[u8]) -> Result<ParsedReply, AuxError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(reply) => parse_json_reply(&reply),
+        Err(json_err) => {
+            let text = String::from_utf8_lossy(body);
+            if text.trim_start().starts_with("data:") {
+                let mut stream = SseReader::default();
+                if stream.feed(body)? {
+                    return Ok(stream.into_reply());
+                }
+                stream.finish()
+            } else {
+                Err(AuxError::Malformed(format!(
+                    "reply is not JSON: {json_err}"
+                )))
+            }
+        }
+    }
+}
+
+fn parse_json_reply(reply: &Value) -> Result<ParsedReply, AuxError> {
+    if let Some(message) = provider_error_message(reply) {
+        return Err(AuxError::Malformed(format!("provider error: {message}")));
+    }
+    let content = reply
+        .pointer("/choices/0/message/content")
+        .ok_or_else(|| AuxError::Malformed("reply has no choices[0].message.content".to_owned()))?;
+    let content = content.as_str().ok_or_else(|| {
+        AuxError::Malformed(format!(
+            "choices[0].message.content is {}, not a string",
+            json_kind(content)
+        ))
+    })?;
+    Ok(ParsedReply {
+        content: content.to_owned(),
+        usage: reply.get("usage").map(parse_usage).unwrap_or_default(),
+        streamed: false,
+    })
+}
+
+/// The message of an `error` object (or string) that some providers send with a 2xx status.
+fn provider_error_message(reply: &Value) -> Option<String> {
+    let error = reply.get("error")?;
+    match error {
+        Value::Null => None,
+        Value::String(message) => Some(message.clone()),
+        Value::Object(fields) => Some(match fields.get("message").and_then(Value::as_str) {
+            Some(message) => message.to_owned(),
+            None => error.to_string(),
+        }),
+        other => Some(other.to_string()),
+    }
+}
+
+fn parse_usage(usage: &Value) -> Usage {
+    Usage {
+        prompt_tokens: usage.get("prompt_tokens").and_then(Value::as_u64),
+        completion_tokens: usage.get("completion_tokens").and_then(Value::as_u64),
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Incremental server-sent-events decoder for chat-completion chunks.
+///
+/// Lines may end in `\n`, `\r\n` or `\r`, and a terminator may be split across network chunks;
+/// an event is the `data:` lines before a blank line, joined with `\n`.
+#[derive(Default)]
+struct SseReader {
+    /// Bytes of the line not yet terminated (kept as bytes: a UTF-8 sequence may be split).
+    line: Vec<u8>,
+    /// The previous byte was `\r`, so a following `\n` belongs to the same terminator.
+    after_cr: bool,
+    /// `data:` lines of the event being assembled.
+    event_data: Vec<String>,
+    content: String,
+    usage: Usage,
+    finish_reason: Option<String>,
+}
+
+impl SseReader {
+    /// Consumes bytes; `Ok(true)` once `[DONE]` has been seen (anything after it is ignored).
+    fn feed(&mut self, bytes: &[u8]) -> Result<bool, AuxError> {
+        for &byte in bytes {
+            if self.after_cr {
+                self.after_cr = false;
+                if byte == b'\n' {
+                    continue;
+                }
+            }
+            match byte {
+                b'\n' | b'\r' => {
+                    self.after_cr = byte == b'\r';
+                    let line = std::mem::take(&mut self.line);
+                    if self.end_line(&line)? {
+                        return Ok(true);
+                    }
+                }
+                other => self.line.push(other),
+            }
+        }
+        Ok(false)
+    }
+
+    /// End of input: a final event without its blank line still counts, but a stream that
+    /// never said it was complete is not turned into a success from a fragment.
+    fn finish(mut self) -> Result<ParsedReply, AuxError> {
+        let line = std::mem::take(&mut self.line);
+        if self.end_line(&line)? {
+            return Ok(self.into_reply());
+        }
+        if !self.event_data.is_empty() {
+            let data = self.event_data.join("\n");
+            if data.trim() != "[DONE]" && serde_json::from_str::<Value>(&data).is_err() {
+                return Err(AuxError::Malformed(
+                    "stream ended mid-event before [DONE]".to_owned(),
+                ));
+            }
+        }
+        if self.end_event()? || self.finish_reason.is_some() {
+            Ok(self.into_reply())
+        } else {
+            Err(AuxError::Malformed("stream ended before [DONE]".to_owned()))
+        }
+    }
+
+    fn into_reply(self) -> ParsedReply {
+        ParsedReply {
+            content: self.content,
+            usage: self.usage,
+            streamed: true,
+        }
+    }
+
+    fn end_line(&mut self, line: &[u8]) -> Result<bool, AuxError> {
+        if line.is_empty() {
+            return self.end_event();
+        }
+        let line = std::str::from_utf8(line)
+            .map_err(|_| AuxError::Malformed("stream line is not UTF-8".to_owned()))?;
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        // Comments (empty field name), `event:`, `id:` and `retry:` carry nothing we need.
+        if field == "data" {
+            self.event_data.push(value.to_owned());
+        }
+        Ok(false)
+    }
+
+    fn end_event(&mut self) -> Result<bool, AuxError> {
+        if self.event_data.is_empty() {
+            return Ok(false);
+        }
+        let data = std::mem::take(&mut self.event_data).join("\n");
+        if data.trim() == "[DONE]" {
+            return Ok(true);
+        }
+        let chunk: Value = serde_json::from_str(&data)
+            .map_err(|err| AuxError::Malformed(format!("stream chunk is not JSON: {err}")))?;
+        if let Some(message) = provider_error_message(&chunk) {
+            return Err(AuxError::Malformed(format!(
+                "provider error in stream: {message}"
+            )));
+        }
+        if let Some(choice) = chunk.pointer("/choices/0") {
+            match choice.pointer("/delta/content") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(piece)) => self.content.push_str(piece),
+                Some(other) => {
+                    return Err(AuxError::Malformed(format!(
+                        "stream delta content is {}, not a string",
+                        json_kind(other)
+                    )))
+                }
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.finish_reason = Some(reason.to_owned());
+            }
+        }
+        if let Some(usage) = chunk.get("usage").filter(|usage| usage.is_object()) {
+            self.usage = parse_usage(usage);
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sse(body: &str) -> Result<ParsedReply, AuxError> {
+        let mut reader = SseReader::default();
+        if reader.feed(body.as_bytes())? {
+            return Ok(reader.into_reply());
+        }
+        reader.finish()
+    }
+
+    #[test]
+    fn base_url_with_or_without_trailing_slash() {
+        for base in [
+            "http://127.0.0.1:9/v1",
+            "http://127.0.0.1:9/v1/",
+            " http://127.0.0.1:9/v1// ",
+        ] {
+            let url = chat_completions_url(base).map(|url| url.to_string());
+            assert_eq!(
+                url,
+                Ok("http://127.0.0.1:9/v1/chat/completions".to_owned()),
+                "{base}"
+            );
+        }
+    }
+
+    #[test]
+    fn base_url_must_be_http() {
+        for base in ["", "ftp://example.invalid/v1", "not a url"] {
+            let err = chat_completions_url(base).err();
+            assert!(
+                matches!(err, Some(AuxError::InvalidSettings(_))),
+                "{base}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(parse_retry_after("30", now), Some(Duration::from_secs(30)));
+        assert_eq!(
+            parse_retry_after(" 1.5 ", now),
+            Some(Duration::from_millis(1500))
+        );
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(
+            parse_retry_after(&later, now),
+            Some(Duration::from_secs(90))
+        );
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
+        for junk in ["soon", "-5", "NaN", "inf", ""] {
+            assert_eq!(parse_retry_after(junk, now), None, "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn sse_tolerates_crlf_comments_events_and_multiline_data() {
+        let body = ": keep-alive\r\n\r\nevent: message\r\ndata: {\"choices\":[{\"delta\":\r\ndata: {\"content\":\"he\"}}]}\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"llo\"}}]}\r\rdata: [DONE]\r\n\r\n";
+        let reply = sse(body).map(|reply| reply.content);
+        assert_eq!(reply.ok().as_deref(), Some("hello"));
+    }
+
+    #[test]
+    fn sse_split_at_every_byte_boundary() {
+        let body =
+            "data: {\"choices\":[{\"delta\":{\"content\":\"é✓\"}}]}\r\n\r\ndata: [DONE]\r\n\r\n";
+        let mut reader = SseReader::default();
+        let mut done = false;
+        for byte in body.as_bytes() {
+            done = matches!(reader.feed(std::slice::from_ref(byte)), Ok(true));
+            if done {
+                break;
+            }
+        }
+        assert!(done, "[DONE] seen");
+        assert_eq!(reader.into_reply().content, "é✓");
+    }
+
+    #[test]
+    fn sse_final_done_without_blank_line_counts() {
+        let reply = sse("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]");
+        assert_eq!(reply.ok().map(|reply| reply.content).as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn sse_cut_mid_chunk_is_malformed() {
+        let err =
+            sse("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choi").err();
+        assert_eq!(
+            err,
+            Some(AuxError::Malformed(
+                "stream ended mid-event before [DONE]".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn sse_error_object_is_malformed_with_its_message() {
+        let err = sse("data: {\"error\":{\"message\":\"quota gone\"}}\n\n").err();
+        assert_eq!(
+            err,
+            Some(AuxError::Malformed(
+                "provider error in stream: quota gone".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn json_content_must_be_a_string() {
+        for body in [
+            r#"{"choices":[{"message":{"content":null}}]}"#,
+            r#"{"choices":[{"message":{"content":5}}]}"#,
+            r#"{"choices":[]}"#,
+            r#"{}"#,
+            r#"[1]"#,
+        ] {
+            let err = parse_json_or_sse_body(body.as_bytes()).err();
+            assert!(
+                matches!(err, Some(AuxError::Malformed(_))),
+                "{body}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn outcome_labels_and_transience() {
+        let cases = [
+            (AuxError::Auth { status: 401 }, "auth", false, Some(401)),
+            (
+                AuxError::Billing { status: 402 },
+                "billing",
+                false,
+                Some(402),
+            ),
+            (
+                AuxError::RateLimited { retry_after: None },
+                "rate_limited",
+                false,
+                Some(429),
+            ),
+            (
+                AuxError::Client { status: 404 },
+                "client_error",
+                false,
+                Some(404),
+            ),
+            (
+                AuxError::Server { status: 503 },
+                "server_error",
+                true,
+                Some(503),
+            ),
+            (
+                AuxError::Timeout {
+                    after: Duration::from_secs(1),
+                },
+                "timeout",
+                false,
+                None,
+            ),
+            (
+                AuxError::Transport("refused".into()),
+                "transport",
+                true,
+                None,
+            ),
+            (AuxError::Malformed("x".into()), "malformed", false, None),
+            (AuxError::TooLarge { limit: 1 }, "too_large", false, None),
+        ];
+        for (error, outcome, transient, status) in cases {
+            assert_eq!(error.outcome(), outcome);
+            assert_eq!(error.is_transient(), transient, "{error}");
+            assert_eq!(error.http_status(), status, "{error}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let settings = AuxSettings {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            model: "m".into(),
+            api_key: Some("sk-very-secret".into()),
+            timeout: Duration::from_secs(1),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            temperature: 0.2,
+            max_tokens: 100,
+        };
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("sk-very-secret"), "{shown}");
+        let client = AuxClient::new(settings).map(|client| format!("{client:?}"));
+        assert!(client.is_ok_and(|shown| !shown.contains("sk-very-secret")));
+    }
+}

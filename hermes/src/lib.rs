@@ -5,6 +5,7 @@
 
 pub mod aux_client;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod decompose;
 pub mod dispatch;

@@ -1,2 +1,358 @@
-//! placeholder
-pub fn main() -> std::process::ExitCode { std::process::ExitCode::SUCCESS }
+//! The `hermes` command line: parse (clap), resolve the home and config, run one verb.
+//!
+//! One file per verb, each exposing `run(&Context, &Args) -> Result<Outcome, CliError>`, so a
+//! verb can be filled in or changed without touching this dispatcher. Exit codes: 0 success,
+//! 1 failure (message on stderr as `hermes: error: …`), 2 usage errors (clap's own).
+
+pub mod archive;
+pub mod create;
+pub mod decompose;
+pub mod gateway;
+pub mod init;
+pub mod link;
+pub mod list;
+pub mod render;
+pub mod show;
+pub mod usage;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+use crate::config::{Config, Home};
+use crate::store::Store;
+
+/// `hermes`: the kanban board, its CLI and the gateway that decomposes cards within bounds.
+#[derive(Debug, Parser)]
+#[command(name = "hermes", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Print machine-readable JSON on stdout (errors still go to stderr).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Work with the kanban board.
+    #[command(subcommand)]
+    Kanban(KanbanCommand),
+    /// Run the gateway.
+    #[command(subcommand)]
+    Gateway(GatewayCommand),
+}
+
+/// `hermes kanban …`.
+#[derive(Debug, Subcommand)]
+pub enum KanbanCommand {
+    /// Create the board if it is missing (every command does this on first use too).
+    Init(init::InitArgs),
+    /// Create a card.
+    Create(create::CreateArgs),
+    /// Show one card with its links, comments, events and runs.
+    Show(show::ShowArgs),
+    /// List cards.
+    #[command(visible_alias = "ls")]
+    List(list::ListArgs),
+    /// Make CHILD wait for PARENT.
+    Link(link::LinkArgs),
+    /// Archive cards.
+    Archive(archive::ArchiveArgs),
+    /// Ask the aux model to split a triage card (one paid attempt per card).
+    Decompose(decompose::DecomposeArgs),
+    /// Show the aux-call ledger: what was billed, when, and how it ended.
+    Usage(usage::UsageArgs),
+}
+
+/// `hermes gateway …`.
+#[derive(Debug, Subcommand)]
+pub enum GatewayCommand {
+    /// Run the gateway in the foreground (logs to stderr).
+    Run(gateway::RunArgs),
+}
+
+/// What every verb gets: where the board lives, the loaded config, and the output mode.
+#[derive(Debug)]
+pub struct Context {
+    /// `$HERMES_HOME` and the paths in it.
+    pub home: Home,
+    /// `config.yaml` as loaded at start-up (long-running verbs may re-read it).
+    pub config: Config,
+    /// `--json` was given.
+    pub json: bool,
+}
+
+impl Context {
+    /// Opens (creating on first use) the board.
+    pub fn open_store(&self) -> Result<Store, CliError> {
+        Ok(Store::open(self.home.db_path())?)
+    }
+
+    /// Writes `value` as pretty JSON plus a newline on stdout.
+    pub fn print_json(&self, value: &Value) -> Result<(), CliError> {
+        let text = serde_json::to_string_pretty(value).context("formatting JSON output")?;
+        self.print(&text)
+    }
+
+    /// Writes one JSON value on a single line (for streams of records).
+    pub fn print_json_line(&self, value: &Value) -> Result<(), CliError> {
+        self.print(&value.to_string())
+    }
+
+    /// Writes `text` plus a newline on stdout.
+    pub fn print(&self, text: &str) -> Result<(), CliError> {
+        let mut out = io::stdout().lock();
+        writeln!(out, "{text}")
+            .and_then(|_| out.flush())
+            .context("writing to stdout")?;
+        Ok(())
+    }
+}
+
+/// How a verb that ran to the end turned out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Exit 0.
+    Success,
+    /// Exit 1: the verb already reported why (e.g. a decompose attempt that failed).
+    Failure,
+}
+
+/// A verb's error: printed as `hermes: error: <message chain>`.
+pub struct CliError {
+    error: anyhow::Error,
+    usage: bool,
+}
+
+impl CliError {
+    /// A usage problem clap could not catch (exit 2).
+    pub fn usage(message: impl fmt::Display) -> CliError {
+        CliError {
+            error: anyhow::anyhow!("{message}"),
+            usage: true,
+        }
+    }
+
+    /// A verb this build does not provide (exit 1).
+    pub fn not_implemented(verb: &str) -> CliError {
+        CliError {
+            error: anyhow::anyhow!("`{verb}` is not implemented in this build"),
+            usage: false,
+        }
+    }
+
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        if self.usage {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// The underlying error.
+    pub fn error(&self) -> &anyhow::Error {
+        &self.error
+    }
+}
+
+impl<E: Into<anyhow::Error>> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError {
+            error: e.into(),
+            usage: false,
+        }
+    }
+}
+
+impl fmt::Debug for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+/// The process entry point shared by every binary that embeds the CLI.
+pub fn main() -> ExitCode {
+    install_panic_hook();
+    match std::panic::catch_unwind(|| run(std::env::args_os())) {
+        Ok(code) => code,
+        Err(_) => ExitCode::from(101),
+    }
+}
+
+/// Parses `args` (program name first) and runs the command.
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help/version on stdout and usage errors on stderr.
+            let _ = e.print();
+            let rendered = e.render().to_string();
+            if e.use_stderr() && !rendered.contains("Usage:") {
+                // Value errors (a non-numeric --priority, an unknown --status) come without
+                // the usage line; a person fixing the command wants to see it.
+                eprintln_safely(&format!("\n{}", usage_for(&args)));
+            }
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    match execute(cli) {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::Failure) => ExitCode::from(1),
+        Err(e) => {
+            if !is_broken_pipe(&e.error) {
+                eprintln_safely(&format!("hermes: error: {e}"));
+                if e.usage {
+                    eprintln_safely("Run `hermes --help` for usage.");
+                }
+            }
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn execute(cli: Cli) -> Result<Outcome, CliError> {
+    let home = Home::from_env()?;
+    // Loaded for every verb, board-only ones included, so a broken config.yaml is reported at
+    // once rather than later by the gateway or a decompose that starts billing.
+    let config = Config::load(&home)?;
+    let ctx = Context {
+        home,
+        config,
+        json: cli.json,
+    };
+    match &cli.command {
+        Command::Kanban(verb) => match verb {
+            KanbanCommand::Init(a) => init::run(&ctx, a),
+            KanbanCommand::Create(a) => create::run(&ctx, a),
+            KanbanCommand::Show(a) => show::run(&ctx, a),
+            KanbanCommand::List(a) => list::run(&ctx, a),
+            KanbanCommand::Link(a) => link::run(&ctx, a),
+            KanbanCommand::Archive(a) => archive::run(&ctx, a),
+            KanbanCommand::Decompose(a) => decompose::run(&ctx, a),
+            KanbanCommand::Usage(a) => usage::run(&ctx, a),
+        },
+        Command::Gateway(GatewayCommand::Run(a)) => gateway::run(&ctx, a),
+    }
+}
+
+/// The usage line of the deepest subcommand named in `args`.
+fn usage_for(args: &[OsString]) -> String {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    cmd.build();
+    let words: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    deepest_usage(&mut cmd, &words)
+}
+
+fn deepest_usage(cmd: &mut clap::Command, words: &[&str]) -> String {
+    if let Some((first, rest)) = words.split_first() {
+        if let Some(sub) = cmd.find_subcommand_mut(first) {
+            return deepest_usage(sub, rest);
+        }
+    }
+    cmd.render_usage().to_string()
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<io::Error>())
+        .any(|io| io.kind() == io::ErrorKind::BrokenPipe)
+}
+
+/// `eprintln!` panics when stderr is closed; a closed stderr is no reason to crash.
+fn eprintln_safely(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+/// Replaces the default panic report (multi-line, with a backtrace hint) with one line; the
+/// process then exits 101 from `main`. Only a bug can get here: bad input is an error.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown cause".to_owned());
+        let place = info
+            .location()
+            .map(|l| format!(" ({}:{})", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln_safely(&format!(
+            "hermes: internal error: {message}{place}; this is a bug"
+        ));
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn json_is_accepted_before_and_after_the_verb() {
+        for args in [
+            ["hermes", "kanban", "--json", "list"],
+            ["hermes", "kanban", "list", "--json"],
+            ["hermes", "--json", "kanban", "list"],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            assert!(cli.json, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn usage_errors_exit_two() {
+        for args in [
+            vec!["hermes", "kanban"],
+            vec!["hermes", "kanban", "create"],
+            vec!["hermes", "kanban", "create", "x", "--priority", "high"],
+            vec!["hermes", "kanban", "list", "--status", "nope"],
+            vec!["hermes", "kanban", "archive"],
+            vec!["hermes", "kanban", "decompose"],
+            vec!["hermes", "kanban", "decompose", "t_1", "--all"],
+            vec!["hermes", "kanban", "frobnicate"],
+        ] {
+            let e = Cli::try_parse_from(&args).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn cli_errors_know_their_exit_codes() {
+        assert_eq!(CliError::usage("x").exit_code(), 2);
+        assert_eq!(CliError::not_implemented("kanban usage").exit_code(), 1);
+        let e: CliError = anyhow::anyhow!("inner").context("outer").into();
+        assert_eq!(e.to_string(), "outer: inner");
+    }
+}

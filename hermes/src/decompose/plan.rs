@@ -18,7 +18,10 @@ pub struct ChildSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
     /// Split the card into children (at least one, at most `decompose_max_children`).
-    Fanout { rationale: String, children: Vec<ChildSpec> },
+    Fanout {
+        rationale: String,
+        children: Vec<ChildSpec>,
+    },
     /// Keep the card as one unit of work with a tightened spec; at least one of title/body is set.
     Single {
         rationale: String,

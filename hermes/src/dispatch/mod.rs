@@ -1,1 +1,429 @@
-//! placeholder
+//! `hermes gateway run`: the long-running process whose embedded dispatcher auto-decomposes
+//! triage cards, with every billing bound enforced.
+//!
+//! The tick loop never waits for a provider: attempts run as tasks beside it (B8), at most
+//! `auto_decompose_per_tick` in flight, one per card. Each tick re-reads `config.yaml` (the kill
+//! switch), consults the board-wide guards kept in the board itself so they survive restarts
+//! (provider pause B5, hourly ceiling B6), and asks the store for due cards with an indexed query
+//! that never returns a card in backoff, parked or held (B2, B7).
+
+mod lock;
+mod notice;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+use tracing::{debug, info, warn};
+
+pub use lock::{LockError, SingletonLock};
+use notice::Notice;
+
+use crate::config::{api_key, Config, Home};
+use crate::decompose::attempt::{
+    run_attempt, AttemptContext, AttemptError, AttemptOutcome, BoardHandle, Refused,
+};
+use crate::decompose::roster;
+use crate::store::{now_ms, AutoGate, Origin, Store};
+
+/// How long SIGTERM waits for attempts in flight before the process exits anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
+
+/// While the provider's health is unknown (at start, after a pause) only one request is sent at
+/// a time, so a provider-wide refusal costs one call, not one per card (B5). A request that has
+/// been in flight this long without a refusal is taken as proof the provider is answering: a
+/// hung call must not hold the other cards back (B8).
+const PROBE_WINDOW: Duration = Duration::from_secs(2);
+
+/// Why the gateway could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Attempt(#[from] AttemptError),
+    #[error("cannot install the {0} handler: {1}")]
+    Signal(&'static str, std::io::Error),
+}
+
+/// Runs the gateway in the foreground until SIGTERM or SIGINT.
+pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
+    let config = Config::load(&home)?;
+    let db_path = home.db_path();
+    // Opening creates the board (and refuses a corrupt one) before anything else happens.
+    drop(
+        tokio::task::spawn_blocking({
+            let db_path = db_path.clone();
+            move || Store::open(&db_path)
+        })
+        .await
+        .map_err(|e| AttemptError::Join(e.to_string()))??,
+    );
+
+    let dispatching = config.kanban.dispatch_in_gateway;
+    let lock = if dispatching {
+        Some(SingletonLock::acquire(home.lock_dir(), &db_path)?)
+    } else {
+        None
+    };
+
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| GatewayError::Signal("SIGTERM", e))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| GatewayError::Signal("SIGINT", e))?;
+
+    // Printed only once the handlers are in place: a supervisor that waits for this line can
+    // stop the gateway cleanly from then on.
+    info!(
+        pid = std::process::id(),
+        board = %db_path.display(),
+        tick_seconds = config.kanban.dispatch_interval.as_secs_f64(),
+        "gateway started ({})",
+        if dispatching { "kanban dispatcher on" } else { "kanban dispatcher off: kanban.dispatch_in_gateway is false" }
+    );
+
+    if !dispatching {
+        tokio::select! {
+            _ = sigterm.recv() => {}
+            _ = sigint.recv() => {}
+        }
+        info!("gateway stopped");
+        return Ok(());
+    }
+
+    let board = BoardHandle::open(&db_path).await?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut dispatcher = Dispatcher::new(home, config, board, shutdown_rx);
+    dispatcher.sync_board().await;
+
+    let mut interval = new_interval(dispatcher.config.kanban.dispatch_interval);
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => { info!("SIGTERM received; stopping"); break; }
+            _ = sigint.recv() => { info!("SIGINT received; stopping"); break; }
+            Some(joined) = dispatcher.in_flight.join_next(), if !dispatcher.in_flight.is_empty() => {
+                dispatcher.finished(joined).await;
+            }
+            _ = interval.tick() => {
+                let before = dispatcher.config.kanban.dispatch_interval;
+                dispatcher.tick().await;
+                if dispatcher.config.kanban.dispatch_interval != before {
+                    interval = new_interval(dispatcher.config.kanban.dispatch_interval);
+                    interval.reset();
+                }
+            }
+        }
+    }
+
+    // Stop scheduling, then let in-flight attempts abort: each records its abort (the attempt
+    // was counted before its request left) and none can leave half a graph, since a graph is
+    // written in one transaction or not at all.
+    let _ = shutdown_tx.send(true);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while let Some(joined) = dispatcher.in_flight.join_next().await {
+            dispatcher.finished(joined).await;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        warn!(
+            left = dispatcher.in_flight.len(),
+            "attempts still running after {}s; exiting without them",
+            SHUTDOWN_GRACE.as_secs()
+        );
+    }
+    drop(lock);
+    info!("gateway stopped");
+    Ok(())
+}
+
+fn new_interval(period: Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval(period);
+    // A slow tick must not be followed by a burst of catch-up ticks.
+    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    interval
+}
+
+/// What an attempt task hands back: its card and how the attempt went.
+type AttemptResult = (
+    String,
+    Result<Result<AttemptOutcome, Refused>, AttemptError>,
+);
+type Joined = Result<AttemptResult, tokio::task::JoinError>;
+
+/// Whether the provider has shown it is answering (see [`PROBE_WINDOW`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ProviderHealth {
+    Unknown,
+    Answering,
+}
+
+struct Dispatcher {
+    home: Home,
+    config: Arc<Config>,
+    board: BoardHandle,
+    shutdown: watch::Receiver<bool>,
+    context: Option<AttemptContext>,
+    in_flight: JoinSet<AttemptResult>,
+    in_flight_ids: HashSet<String>,
+    /// When the oldest request sent while the provider's health was unknown left.
+    probe_started: Option<Instant>,
+    health: ProviderHealth,
+    config_notice: Notice,
+    switch_notice: Notice,
+    gate_notice: Notice,
+    setup_notice: Notice,
+    board_notice: Notice,
+}
+
+impl Dispatcher {
+    fn new(
+        home: Home,
+        config: Config,
+        board: BoardHandle,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        let mut dispatcher = Self {
+            home,
+            config: Arc::new(config),
+            board,
+            shutdown,
+            context: None,
+            in_flight: JoinSet::new(),
+            in_flight_ids: HashSet::new(),
+            probe_started: None,
+            health: ProviderHealth::Unknown,
+            config_notice: Notice::default(),
+            switch_notice: Notice::default(),
+            gate_notice: Notice::default(),
+            setup_notice: Notice::default(),
+            board_notice: Notice::default(),
+        };
+        dispatcher.rebuild_context();
+        dispatcher
+    }
+
+    /// Brings cards written by other tools (upstream's CLI, an older board) under the budget.
+    async fn sync_board(&mut self) {
+        let now = now_ms();
+        if let Err(err) = self
+            .board
+            .call(move |s| s.sync_decompose_state(now, true))
+            .await
+        {
+            self.board_notice
+                .warn(format!("cannot read the board: {err}"));
+        }
+    }
+
+    fn rebuild_context(&mut self) {
+        let key = api_key(&self.home);
+        let roster = roster(&self.home, &self.config);
+        match AttemptContext::new(self.config.clone(), key, roster, self.home.db_path()) {
+            Ok(ctx) => {
+                self.context = Some(ctx);
+                self.setup_notice.clear();
+            }
+            Err(err) => {
+                self.context = None;
+                self.setup_notice
+                    .warn(format!("auto-decompose cannot run: {err}"));
+            }
+        }
+    }
+
+    /// Re-reads `config.yaml`; a bad edit keeps the last good config (one WARN per bad edit).
+    fn reload_config(&mut self) {
+        match Config::load(&self.home) {
+            Ok(fresh) => {
+                if self.config_notice.clear() {
+                    info!("config.yaml is valid again; using it");
+                }
+                if *self.config != fresh {
+                    self.config = Arc::new(fresh);
+                    self.rebuild_context();
+                }
+            }
+            Err(err) => self
+                .config_notice
+                .warn(format!("{err}; keeping the last good configuration")),
+        }
+    }
+
+    async fn tick(&mut self) {
+        self.reload_config();
+        let kanban = &self.config.kanban;
+        if !kanban.auto_decompose {
+            self.switch_notice.info(
+                "auto-decompose is off (kanban.auto_decompose: false): no paid calls".to_owned(),
+            );
+            return;
+        }
+        if self.switch_notice.clear() {
+            info!("auto-decompose is on again");
+        }
+        let Some(context) = self.context.clone() else {
+            return;
+        };
+
+        let per_tick = kanban.auto_decompose_per_tick.max(1) as usize;
+        let mut slots = per_tick.saturating_sub(self.in_flight.len());
+        if self.health == ProviderHealth::Unknown {
+            match self.probe_started {
+                Some(started) if started.elapsed() >= PROBE_WINDOW => {
+                    debug!("provider answered no refusal within the probe window");
+                    self.health = ProviderHealth::Answering;
+                }
+                Some(_) => slots = 0,
+                None => slots = slots.min(1),
+            }
+        }
+        if slots == 0 {
+            return;
+        }
+
+        let now = now_ms();
+        let calls_per_hour = kanban.decompose_calls_per_hour;
+        let exclude = self.in_flight_ids.clone();
+        let picked = self
+            .board
+            .call(move |s| {
+                s.sync_decompose_state(now, false)?;
+                match s.auto_gate(now, calls_per_hour)? {
+                    AutoGate::Open { calls_left } => {
+                        let limit = slots.min(calls_left as usize);
+                        Ok(Ok(s.due_cards(now, limit, &exclude)?))
+                    }
+                    closed => Ok(Err(closed)),
+                }
+            })
+            .await;
+        let due = match picked {
+            Err(err) => {
+                self.board_notice
+                    .warn(format!("cannot read the board: {err}"));
+                return;
+            }
+            Ok(Err(closed)) => {
+                match &closed {
+                    AutoGate::Paused { reason, until_ms } => self.gate_notice.warn_keyed(
+                        &format!("paused-until-{until_ms}"),
+                        &format!(
+                            "auto-decompose paused for {:.0}s more: {reason}",
+                            ((until_ms - now) as f64 / 1000.0).max(0.0)
+                        ),
+                    ),
+                    AutoGate::CeilingReached { calls, limit } => self.gate_notice.warn_keyed(
+                        "hourly-ceiling",
+                        &format!(
+                            "auto-decompose waiting: {calls} paid calls in the last hour reached \
+                             kanban.decompose_calls_per_hour ({limit})"
+                        ),
+                    ),
+                    AutoGate::Open { .. } => {}
+                }
+                // A pause ends in an unknown state: probe with one call before fanning out.
+                self.health = ProviderHealth::Unknown;
+                self.probe_started = None;
+                return;
+            }
+            Ok(Ok(due)) => due,
+        };
+        self.board_notice.clear();
+        if due.is_empty() {
+            return;
+        }
+        self.gate_notice.clear();
+        for task_id in due {
+            self.spawn_attempt(&context, task_id);
+        }
+    }
+
+    fn spawn_attempt(&mut self, context: &AttemptContext, task_id: String) {
+        if !self.in_flight_ids.insert(task_id.clone()) {
+            return;
+        }
+        if self.health == ProviderHealth::Unknown && self.probe_started.is_none() {
+            self.probe_started = Some(Instant::now());
+        }
+        let context = context.clone();
+        let shutdown = self.shutdown.clone();
+        self.in_flight.spawn(async move {
+            let result = run_attempt(&context, &task_id, Origin::Gateway, shutdown).await;
+            (task_id, result)
+        });
+    }
+
+    async fn finished(&mut self, joined: Joined) {
+        let (task_id, result) = match joined {
+            Ok(done) => done,
+            Err(err) => {
+                warn!("an attempt task failed: {err}");
+                return;
+            }
+        };
+        self.in_flight_ids.remove(&task_id);
+        if self.in_flight.is_empty() && self.health == ProviderHealth::Unknown {
+            // The probe ended without proving anything (refused, or no request): probe again.
+            self.probe_started = None;
+        }
+        let outcome = match result {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(refused)) => {
+                debug!(card = %task_id, "not attempted: {}", refused.outcome.reason);
+                return;
+            }
+            Err(err) => {
+                self.board_notice
+                    .warn(format!("attempt on {task_id} could not be recorded: {err}"));
+                return;
+            }
+        };
+        if let Some(fault) = &outcome.provider_fault {
+            let pause = fault.pause_for(self.config.kanban.provider_cooldown);
+            let reason = fault.describe();
+            let until = now_ms() + pause.as_millis() as i64;
+            let stored = reason.clone();
+            if let Err(err) = self.board.call(move |s| s.set_pause(until, &stored)).await {
+                self.board_notice
+                    .warn(format!("cannot record the provider pause: {err}"));
+            }
+            self.gate_notice.warn_keyed(
+                &format!("paused-until-{until}"),
+                &format!(
+                    "auto-decompose paused for {:.0}s: {reason} (card {task_id})",
+                    pause.as_secs_f64()
+                ),
+            );
+            self.health = ProviderHealth::Unknown;
+            self.probe_started = None;
+        } else if outcome.requests > 0 {
+            self.health = ProviderHealth::Answering;
+            self.probe_started = None;
+        }
+        if outcome.ok {
+            match &outcome.child_ids {
+                Some(children) => {
+                    info!(card = %task_id, "decomposed into {} children", children.len())
+                }
+                None => info!(card = %task_id, "specified as a single task"),
+            }
+        } else if outcome.parked {
+            warn!(
+                card = %task_id,
+                "parked after {} failed attempts (last: {}); run `hermes kanban decompose {task_id}` to try again by hand",
+                outcome.attempt, outcome.reason
+            );
+        } else {
+            info!(card = %task_id, attempt = outcome.attempt, "decompose attempt failed: {}", outcome.reason);
+        }
+    }
+}

@@ -1,1 +1,674 @@
-//! placeholder
+//! The board: `kanban.db` (SQLite) behind a small typed API.
+//!
+//! Every change is one `BEGIN IMMEDIATE` transaction that also writes its events, so a reader
+//! never sees a card without its history and a writer that loses the lock leaves nothing behind.
+//! The transaction-level helpers in `store::board` are shared with the decompose apply transaction.
+
+pub(crate) mod board;
+mod decompose;
+mod ledger;
+mod pyjson;
+pub(crate) mod schema;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+use serde_json::Value;
+
+pub use crate::clock::now_ms;
+pub use decompose::{
+    ApplyOptions, ApplyResult, AttemptTicket, AutoGate, BeginPolicy, BeginRefusal, FailureRecord,
+    Origin, HUMAN_BLOCK_KINDS,
+};
+pub use ledger::{
+    CardUsage, LedgerClose, LedgerOpen, Pause, UsagePause, UsageReport, UsageTotals, UsageWindow,
+    HOUR_MS,
+};
+
+/// How long a write waits for another writer before giving up with [`StoreError::Locked`].
+pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// Pause between tries when another process is switching a fresh board's journal mode.
+const WAL_SWITCH_RETRY: Duration = Duration::from_millis(20);
+
+/// The first 16 bytes of every SQLite 3 database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// Errors from the board.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The file exists but is not a SQLite database we can read; it was not modified.
+    #[error("kanban.db at {} is not a readable SQLite database ({detail}); it was left untouched", path.display())]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What the check found.
+        detail: String,
+    },
+    /// Another process held the write lock for longer than [`BUSY_TIMEOUT`]; nothing was written.
+    #[error(
+        "kanban.db at {}: database is locked by another writer (waited {} s); nothing was written",
+        path.display(),
+        BUSY_TIMEOUT.as_secs()
+    )]
+    Locked {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// No card has this id.
+    #[error("no such task: {0}")]
+    NoSuchTask(String),
+    /// The requested dependency would make the graph cyclic (or link a card to itself).
+    #[error("{}", cycle_message(parent, child))]
+    Cycle {
+        /// The card that would be waited for.
+        parent: String,
+        /// The card that would wait.
+        child: String,
+    },
+    /// The request itself is unusable (empty title, empty assignee, …).
+    #[error("{0}")]
+    Invalid(String),
+    /// The file is a database, but its tables cannot be brought to the shape we need.
+    #[error("kanban.db schema: {detail}")]
+    Schema {
+        /// What is wrong.
+        detail: String,
+    },
+    /// A filesystem operation around the database failed.
+    #[error("{context} {}", path.display())]
+    Io {
+        /// What we were doing.
+        context: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The operating system's random source failed while making an id.
+    #[error("could not generate a task id")]
+    Entropy(#[source] getrandom::Error),
+    /// SQLite refused an operation.
+    #[error("{context}")]
+    Sql {
+        /// What we were doing.
+        context: String,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+}
+
+fn cycle_message(parent: &str, child: &str) -> String {
+    if parent == child {
+        format!("a task cannot depend on itself: {parent}")
+    } else {
+        format!("linking {parent} -> {child} would create a cycle")
+    }
+}
+
+/// Attaches a description of the operation to a SQLite error.
+pub(crate) trait SqlResultExt<T> {
+    /// Maps the error to [`StoreError::Sql`] with `context`.
+    fn sql(self, context: impl Into<String>) -> Result<T, StoreError>;
+}
+
+impl<T> SqlResultExt<T> for Result<T, rusqlite::Error> {
+    fn sql(self, context: impl Into<String>) -> Result<T, StoreError> {
+        self.map_err(|source| StoreError::Sql {
+            context: context.into(),
+            source,
+        })
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+fn is_not_a_database(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)
+    )
+}
+
+/// Turns a lock timeout anywhere below into [`StoreError::Locked`] naming the file.
+fn locate(path: &Path, e: StoreError) -> StoreError {
+    match e {
+        StoreError::Sql { ref source, .. } if is_busy(source) => StoreError::Locked {
+            path: path.to_owned(),
+        },
+        other => other,
+    }
+}
+
+/// A card's lifecycle state, as upstream names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Status {
+    /// Waiting for a specifier / decomposer.
+    Triage,
+    /// Waiting for its parents.
+    Todo,
+    /// Parked until a time.
+    Scheduled,
+    /// Dispatchable.
+    Ready,
+    /// A worker has it.
+    Running,
+    /// Needs a person.
+    Blocked,
+    /// Waiting for review.
+    Review,
+    /// Finished.
+    Done,
+    /// Hidden from default listings.
+    Archived,
+}
+
+impl Status {
+    /// Every status, in lifecycle order.
+    pub const ALL: [Status; 9] = [
+        Status::Triage,
+        Status::Todo,
+        Status::Scheduled,
+        Status::Ready,
+        Status::Running,
+        Status::Blocked,
+        Status::Review,
+        Status::Done,
+        Status::Archived,
+    ];
+
+    /// The name stored in `tasks.status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Triage => "triage",
+            Status::Todo => "todo",
+            Status::Scheduled => "scheduled",
+            Status::Ready => "ready",
+            Status::Running => "running",
+            Status::Blocked => "blocked",
+            Status::Review => "review",
+            Status::Done => "done",
+            Status::Archived => "archived",
+        }
+    }
+
+    /// Whether children still wait for a parent in this state.
+    pub fn is_open(self) -> bool {
+        !matches!(self, Status::Done | Status::Archived)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A status name that is not one of [`Status::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown status {0:?} (expected one of: triage, todo, scheduled, ready, running, blocked, review, done, archived)")]
+pub struct UnknownStatus(pub String);
+
+impl FromStr for Status {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Status::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// Our per-card decompose bookkeeping (`hermes_decompose_state`), when the card has a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecomposeState {
+    /// Paid attempts recorded so far.
+    pub attempts: u32,
+    /// When the last attempt was recorded (ms since the epoch).
+    pub last_attempt_at_ms: Option<i64>,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
+    /// When the card is next eligible for an automatic attempt; `None` = never.
+    pub due_at_ms: Option<i64>,
+    /// When the card's budget ran out.
+    pub parked_at_ms: Option<i64>,
+    /// Created with `--no-auto-decompose`.
+    pub opt_out: bool,
+}
+
+/// One card, with the columns the CLI shows (upstream's `show --json` set plus `block_kind`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    /// `t_` + 8 lowercase hex digits.
+    pub id: String,
+    /// As the creator typed it.
+    pub title: String,
+    /// Free text, if any.
+    pub body: Option<String>,
+    /// Profile name (lowercase), if assigned.
+    pub assignee: Option<String>,
+    /// Lifecycle state.
+    pub status: Status,
+    /// Tiebreaker; higher first in upstream's listings.
+    pub priority: i64,
+    /// Tenant namespace.
+    pub tenant: Option<String>,
+    /// `scratch`, `worktree` or `dir`.
+    pub workspace_kind: String,
+    /// Workspace location, when fixed.
+    pub workspace_path: Option<String>,
+    /// Git branch for worktree workspaces.
+    pub branch_name: Option<String>,
+    /// Linked project.
+    pub project_id: Option<String>,
+    /// Who created the card.
+    pub created_by: Option<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds of the first run, if any (a card with runs is a human hold).
+    pub started_at: Option<i64>,
+    /// Unix seconds of completion.
+    pub completed_at: Option<i64>,
+    /// Result text from completion.
+    pub result: Option<String>,
+    /// Skills pinned to the card (parsed from the JSON column; unparsable = none).
+    pub skills: Vec<String>,
+    /// Per-card failure limit.
+    pub max_retries: Option<i64>,
+    /// Originating session.
+    pub session_id: Option<String>,
+    /// Workflow routing (forward-compatible columns upstream keeps).
+    pub workflow_template_id: Option<String>,
+    /// Workflow step.
+    pub current_step_key: Option<String>,
+    /// Typed block reason (`needs_input`, `capability`, …).
+    pub block_kind: Option<String>,
+    /// Decompose bookkeeping, if the card has any.
+    pub decompose: Option<DecomposeState>,
+}
+
+/// What `create_task` needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewTask {
+    /// Required; stored exactly as given (must not be blank).
+    pub title: String,
+    /// Optional body.
+    pub body: Option<String>,
+    /// Optional assignee; trimmed and lowercased like upstream's profile names.
+    pub assignee: Option<String>,
+    /// Cards this one waits for.
+    pub parents: Vec<String>,
+    /// Park the card in `triage` (for a decomposer) instead of `todo`/`ready`.
+    pub triage: bool,
+    /// Tiebreaker.
+    pub priority: i64,
+    /// Tenant namespace.
+    pub tenant: Option<String>,
+    /// Defaults to `user`.
+    pub created_by: Option<String>,
+    /// Never attempt this card automatically (an explicit `kanban decompose ID` still may).
+    pub no_auto_decompose: bool,
+}
+
+/// Which cards `list` returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only this status (asking for `archived` implies `include_archived`).
+    pub status: Option<Status>,
+    /// Only this assignee (compared after the same normalisation as on create).
+    pub assignee: Option<String>,
+    /// Include archived cards.
+    pub include_archived: bool,
+}
+
+/// One `task_events` row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Row id (events are returned in id order).
+    pub id: i64,
+    /// The card.
+    pub task_id: String,
+    /// The run the event belongs to, if any.
+    pub run_id: Option<i64>,
+    /// `created`, `linked`, `promoted`, `decomposed`, …
+    pub kind: String,
+    /// Parsed JSON payload; text that is not JSON is kept as a JSON string.
+    pub payload: Option<Value>,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// One `task_comments` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comment {
+    /// Row id.
+    pub id: i64,
+    /// The card.
+    pub task_id: String,
+    /// Who wrote it.
+    pub author: String,
+    /// The text.
+    pub body: String,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// What `archive` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArchiveReport {
+    /// Cards moved to `archived` now, in request order.
+    pub archived: Vec<String>,
+    /// Cards that already were archived (left as they were).
+    pub already_archived: Vec<String>,
+    /// Cards promoted to `ready` because their last open parent went away.
+    pub promoted: Vec<String>,
+}
+
+/// An open board.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    /// The newest `tasks` rowid already given decompose state (see `sync_decompose_state`).
+    synced_rowid: i64,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the board at `db_path`, creating the directory and the file when missing.
+    ///
+    /// An existing file is checked before anything could write to it: its header must be
+    /// SQLite's and its schema must be readable, otherwise [`StoreError::Corrupt`] is returned
+    /// and the file is left byte-for-byte as it was. (Damage deeper in the file surfaces as a
+    /// read error when it is reached; a full integrity check would cost every command time in
+    /// proportion to the board's size.) The schema is then brought up to
+    /// date additively (see `store::schema`).
+    pub fn open(db_path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let path = db_path.as_ref().to_owned();
+        let existed = match fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => {
+                return Err(StoreError::Corrupt {
+                    path,
+                    detail: "it is a directory".into(),
+                })
+            }
+            Ok(meta) => {
+                // SQLite treats an empty file as an empty database, as upstream does.
+                if meta.len() > 0 {
+                    check_header(&path)?;
+                }
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+                        context: "could not create the board directory",
+                        path: dir.to_owned(),
+                        source,
+                    })?;
+                }
+                false
+            }
+            Err(source) => {
+                return Err(StoreError::Io {
+                    context: "could not inspect",
+                    path,
+                    source,
+                });
+            }
+        };
+
+        // Without CREATE for an existing file, so a file removed under us is an error rather
+        // than a silently empty board.
+        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if !existed {
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        let conn = Connection::open_with_flags(&path, flags).map_err(|source| StoreError::Sql {
+            context: format!("opening {}", path.display()),
+            source,
+        })?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .sql("setting the busy timeout")?;
+        let mut store = Store {
+            conn,
+            path,
+            synced_rowid: 0,
+        };
+        if existed {
+            store.probe()?;
+        }
+        store.configure()?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Fails with `Corrupt` when SQLite cannot read the file as a database.
+    fn probe(&self) -> Result<(), StoreError> {
+        // Reading the schema touches the pages every later statement needs first.
+        let verdict = self.conn.query_row(
+            "SELECT count(*), COALESCE(sum(length(sql)), 0) FROM sqlite_master",
+            [],
+            |r| r.get::<_, i64>(0),
+        );
+        match verdict {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_a_database(&e) => Err(StoreError::Corrupt {
+                path: self.path.clone(),
+                detail: e.to_string(),
+            }),
+            Err(e) if is_busy(&e) => Err(StoreError::Locked {
+                path: self.path.clone(),
+            }),
+            Err(source) => Err(StoreError::Sql {
+                context: "checking the database".into(),
+                source,
+            }),
+        }
+    }
+
+    fn configure(&self) -> Result<(), StoreError> {
+        self.enable_wal()?;
+        self.conn
+            .execute_batch("PRAGMA synchronous=FULL")
+            .sql("setting synchronous=FULL")?;
+        Ok(())
+    }
+
+    /// Switches the file to WAL unless it already is. Changing the journal mode needs every
+    /// other connection out of the way, and SQLite reports a conflict at once instead of
+    /// calling the busy handler, so processes opening a fresh board together retry here,
+    /// within the same [`BUSY_TIMEOUT`] as any write.
+    fn enable_wal(&self) -> Result<(), StoreError> {
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        loop {
+            let attempt = self
+                .conn
+                .query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0))
+                .and_then(|mode| {
+                    if mode.eq_ignore_ascii_case("wal") {
+                        Ok(mode)
+                    } else {
+                        // Some filesystems refuse WAL; SQLite then reports the mode it kept and
+                        // the board still works (with coarser locking), so that is not an error.
+                        self.conn
+                            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))
+                    }
+                });
+            match attempt {
+                Ok(_) => return Ok(()),
+                Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(WAL_SWITCH_RETRY);
+                }
+                Err(e) if is_busy(&e) => {
+                    return Err(StoreError::Locked {
+                        path: self.path.clone(),
+                    })
+                }
+                Err(source) => {
+                    return Err(StoreError::Sql {
+                        context: "switching to WAL mode".into(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        if schema::pending_statements(&self.conn)?.is_empty() {
+            return Ok(());
+        }
+        // Plan again under the write lock: another process may have migrated meanwhile.
+        self.write(|tx| schema::apply(tx).map(|_| ()))
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction: committed when `f` succeeds, rolled back
+    /// otherwise. A lock held by another writer past [`BUSY_TIMEOUT`] becomes
+    /// [`StoreError::Locked`].
+    pub(crate) fn write<T>(
+        &mut self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let path = &self.path;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .sql("starting a write transaction")
+            .map_err(|e| locate(path, e))?;
+        let out = f(&tx).map_err(|e| locate(path, e))?;
+        tx.commit().sql("committing").map_err(|e| locate(path, e))?;
+        Ok(out)
+    }
+
+    /// Runs a read against the connection, reporting lock timeouts as `Locked`.
+    pub(crate) fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        f(&self.conn).map_err(|e| locate(&self.path, e))
+    }
+
+    /// Creates a card and its `created` event (plus its links and decompose row) atomically.
+    ///
+    /// Status: `triage` with `--triage`; otherwise `todo` when any parent is still open
+    /// (not `done`/`archived`), else `ready`.
+    pub fn create_task(&mut self, new: &NewTask) -> Result<Task, StoreError> {
+        let id = self.write(|tx| board::create_task(tx, new))?;
+        self.get(&id)
+    }
+
+    /// The card with this id, if any.
+    pub fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
+        self.read(|c| board::task_by_id(c, id))
+    }
+
+    /// The card with this id, or [`StoreError::NoSuchTask`].
+    pub fn get(&self, id: &str) -> Result<Task, StoreError> {
+        self.task(id)?
+            .ok_or_else(|| StoreError::NoSuchTask(id.to_owned()))
+    }
+
+    /// Cards matching `filter`, oldest first (`created_at`, then insertion order).
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<Task>, StoreError> {
+        self.read(|c| board::list_tasks(c, filter))
+    }
+
+    /// Ids of the cards `id` waits for, sorted.
+    pub fn parents_of(&self, id: &str) -> Result<Vec<String>, StoreError> {
+        self.read(|c| board::parent_ids(c, id))
+    }
+
+    /// Ids of the cards waiting for `id`, sorted.
+    pub fn children_of(&self, id: &str) -> Result<Vec<String>, StoreError> {
+        self.read(|c| board::child_ids(c, id))
+    }
+
+    /// The card's events in id order.
+    pub fn events_of(&self, id: &str) -> Result<Vec<Event>, StoreError> {
+        self.read(|c| board::events_of(c, id))
+    }
+
+    /// The card's comments, oldest first.
+    pub fn comments_of(&self, id: &str) -> Result<Vec<Comment>, StoreError> {
+        self.read(|c| board::comments_of(c, id))
+    }
+
+    /// The card's runs as JSON objects with upstream's `show --json` keys, in start order.
+    pub fn runs_of(&self, id: &str) -> Result<Vec<Value>, StoreError> {
+        self.read(|c| board::runs_of(c, id))
+    }
+
+    /// The most recent non-empty run summary, as upstream's `show` reports it.
+    pub fn latest_summary(&self, id: &str) -> Result<Option<String>, StoreError> {
+        self.read(|c| board::latest_summary(c, id))
+    }
+
+    /// Makes `child` wait for `parent`, with a `linked` event on the child.
+    ///
+    /// Refuses self-links and cycles ([`StoreError::Cycle`]) and unknown ids
+    /// ([`StoreError::NoSuchTask`]). A `ready` child of an open parent goes back to `todo`.
+    /// Returns whether a new link was written (an existing link is left as it is).
+    pub fn link(&mut self, parent: &str, child: &str) -> Result<bool, StoreError> {
+        self.write(|tx| board::link_with_event(tx, parent, child))
+    }
+
+    /// Archives the cards (an `archived` event each), all or nothing: one unknown id fails the
+    /// whole call before anything is written. Children left without open parents are promoted.
+    pub fn archive(&mut self, ids: &[String]) -> Result<ArchiveReport, StoreError> {
+        self.write(|tx| board::archive(tx, ids))
+    }
+}
+
+fn check_header(path: &Path) -> Result<(), StoreError> {
+    let mut head = Vec::with_capacity(SQLITE_HEADER.len());
+    fs::File::open(path)
+        .and_then(|f| f.take(SQLITE_HEADER.len() as u64).read_to_end(&mut head))
+        .map_err(|source| StoreError::Io {
+            context: "could not read",
+            path: path.to_owned(),
+            source,
+        })?;
+    if head.as_slice() == SQLITE_HEADER {
+        return Ok(());
+    }
+    let shown: Vec<String> = head.iter().map(|b| format!("{b:02x}")).collect();
+    Err(StoreError::Corrupt {
+        path: path.to_owned(),
+        detail: format!(
+            "its header is not SQLite's; first bytes: {}",
+            shown.join(" ")
+        ),
+    })
+}
+
+/// A JSON value in the compact style upstream stores event payloads in.
+pub fn payload_text(value: &Value) -> String {
+    pyjson::to_payload_text(value)
+}

@@ -1,0 +1,120 @@
+//! How cards look on stdout: upstream's JSON shapes (same keys, same order) and short text.
+
+use serde_json::{json, Value};
+
+use crate::store::{DecomposeState, Event, Task};
+
+/// A card as upstream's `--json` prints it, plus our `decompose` object when the card has
+/// decompose bookkeeping.
+pub fn task_json(task: &Task) -> Value {
+    let mut v = json!({
+        "id": task.id,
+        "title": task.title,
+        "body": task.body,
+        "assignee": task.assignee,
+        "status": task.status.as_str(),
+        "priority": task.priority,
+        "tenant": task.tenant,
+        "workspace_kind": task.workspace_kind,
+        "workspace_path": task.workspace_path,
+        "branch_name": task.branch_name,
+        "project_id": task.project_id,
+        "created_by": task.created_by,
+        "created_at": task.created_at,
+        "started_at": task.started_at,
+        "completed_at": task.completed_at,
+        "result": task.result,
+        "skills": task.skills,
+        "max_retries": task.max_retries,
+        "session_id": task.session_id,
+        "workflow_template_id": task.workflow_template_id,
+        "current_step_key": task.current_step_key,
+    });
+    if let (Some(state), Some(obj)) = (&task.decompose, v.as_object_mut()) {
+        obj.insert("decompose".into(), decompose_json(state));
+    }
+    v
+}
+
+/// `{"attempts", "parked", "next_attempt_at", "opt_out", "last_error"}`; `next_attempt_at` is
+/// in unix seconds like every other `*_at` key, rounded up so the card is never due earlier
+/// than shown.
+pub fn decompose_json(state: &DecomposeState) -> Value {
+    json!({
+        "attempts": state.attempts,
+        "parked": state.parked_at_ms.is_some(),
+        "next_attempt_at": state.due_at_ms.map(|ms| ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0)),
+        "opt_out": state.opt_out,
+        "last_error": state.last_error,
+    })
+}
+
+/// An event as upstream's `show --json` prints it.
+pub fn event_json(e: &Event) -> Value {
+    json!({
+        "kind": e.kind,
+        "payload": e.payload,
+        "created_at": e.created_at,
+        "run_id": e.run_id,
+    })
+}
+
+/// Text with control characters (newlines, tabs, escapes) made visible, so one card is always
+/// one terminal line and a hostile title cannot repaint the screen.
+pub fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The `list` line of a card: id, status, assignee, title.
+pub fn task_line(task: &Task) -> String {
+    let assignee = task
+        .assignee
+        .as_deref()
+        .map(one_line)
+        .unwrap_or_else(|| "-".to_owned());
+    format!(
+        "{}  {:<9} {:<16} {}",
+        task.id,
+        task.status.as_str(),
+        assignee,
+        one_line(&task.title)
+    )
+}
+
+pub use crate::clock::utc;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_in_text_output() {
+        assert_eq!(one_line("a\nb\tc\u{1b}[2J 🚀"), "a\\nb\\tc\\u{1b}[2J 🚀");
+    }
+
+    #[test]
+    fn next_attempt_rounds_up_to_the_second() {
+        let state = DecomposeState {
+            attempts: 1,
+            last_attempt_at_ms: None,
+            last_error: None,
+            due_at_ms: Some(10_001),
+            parked_at_ms: None,
+            opt_out: false,
+        };
+        assert_eq!(decompose_json(&state)["next_attempt_at"], 11);
+        let exact = DecomposeState {
+            due_at_ms: Some(10_000),
+            ..state
+        };
+        assert_eq!(decompose_json(&exact)["next_attempt_at"], 10);
+    }
+}

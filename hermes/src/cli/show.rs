@@ -1,0 +1,147 @@
+//! `hermes kanban show ID`.
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::render::{event_json, one_line, task_json, utc};
+use super::{CliError, Context, Outcome};
+use crate::store::payload_text;
+
+/// Arguments of `kanban show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The card.
+    #[arg(value_name = "ID")]
+    pub id: String,
+}
+
+/// Prints the card with its links, comments, events and runs.
+pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
+    let store = ctx.open_store()?;
+    let task = store.get(&args.id)?;
+    let parents = store.parents_of(&task.id)?;
+    let children = store.children_of(&task.id)?;
+    let comments = store.comments_of(&task.id)?;
+    let events = store.events_of(&task.id)?;
+    let runs = store.runs_of(&task.id)?;
+    let latest_summary = store.latest_summary(&task.id)?;
+
+    if ctx.json {
+        ctx.print_json(&json!({
+            "task": task_json(&task),
+            "latest_summary": latest_summary,
+            "parents": parents,
+            "children": children,
+            "comments": comments
+                .iter()
+                .map(|c| json!({"author": c.author, "body": c.body, "created_at": c.created_at}))
+                .collect::<Vec<Value>>(),
+            "events": events.iter().map(event_json).collect::<Vec<Value>>(),
+            "runs": runs,
+        }))?;
+        return Ok(Outcome::Success);
+    }
+
+    let mut lines = vec![
+        format!("Task {}: {}", task.id, one_line(&task.title)),
+        format!("  status:    {}", task.status),
+        format!(
+            "  assignee:  {}",
+            task.assignee
+                .as_deref()
+                .map(one_line)
+                .unwrap_or_else(|| "-".into())
+        ),
+    ];
+    if let Some(tenant) = &task.tenant {
+        lines.push(format!("  tenant:    {}", one_line(tenant)));
+    }
+    lines.push(format!(
+        "  created:   {} by {}",
+        utc(task.created_at),
+        task.created_by
+            .as_deref()
+            .map(one_line)
+            .unwrap_or_else(|| "-".into())
+    ));
+    if let Some(started) = task.started_at {
+        lines.push(format!("  started:   {}", utc(started)));
+    }
+    if let Some(completed) = task.completed_at {
+        lines.push(format!("  completed: {}", utc(completed)));
+    }
+    if !parents.is_empty() {
+        lines.push(format!("  parents:   {}", parents.join(", ")));
+    }
+    if !children.is_empty() {
+        lines.push(format!("  children:  {}", children.join(", ")));
+    }
+    if let Some(d) = &task.decompose {
+        let when = match (d.opt_out, d.parked_at_ms, d.due_at_ms) {
+            (true, _, _) => "opted out of automatic attempts".to_owned(),
+            (false, Some(_), _) => "parked (attempt budget spent)".to_owned(),
+            (false, None, Some(due)) => format!("next attempt from {}", utc(due.div_euclid(1000))),
+            (false, None, None) => "no automatic attempt pending".to_owned(),
+        };
+        lines.push(format!("  decompose: {} attempt(s); {when}", d.attempts));
+        if let Some(err) = &d.last_error {
+            lines.push(format!("             last error: {}", one_line(err)));
+        }
+    }
+    if let Some(body) = task.body.as_deref().filter(|b| !b.is_empty()) {
+        lines.push(String::new());
+        lines.push("Body:".into());
+        lines.push(body.to_owned());
+    }
+    if let Some(summary) = &latest_summary {
+        lines.push(String::new());
+        lines.push(format!("Latest summary: {}", one_line(summary)));
+    }
+    if !comments.is_empty() {
+        lines.push(String::new());
+        lines.push(format!("Comments ({}):", comments.len()));
+        for c in &comments {
+            lines.push(format!(
+                "  {} {}: {}",
+                utc(c.created_at),
+                one_line(&c.author),
+                one_line(&c.body)
+            ));
+        }
+    }
+    lines.push(String::new());
+    lines.push(format!("Events ({}):", events.len()));
+    for e in &events {
+        let payload = e
+            .payload
+            .as_ref()
+            .map(|p| format!(" {}", one_line(&payload_text(p))))
+            .unwrap_or_default();
+        lines.push(format!(
+            "  {} {}{payload}",
+            utc(e.created_at),
+            one_line(&e.kind)
+        ));
+    }
+    if !runs.is_empty() {
+        lines.push(String::new());
+        lines.push(format!("Runs ({}):", runs.len()));
+        for r in &runs {
+            let field = |k: &str| {
+                r.get(k)
+                    .and_then(Value::as_str)
+                    .map(one_line)
+                    .unwrap_or_else(|| "-".into())
+            };
+            lines.push(format!(
+                "  #{} {} {} {}",
+                r["id"],
+                field("profile"),
+                field("status"),
+                field("outcome")
+            ));
+        }
+    }
+    ctx.print(&lines.join("\n"))?;
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,626 @@
+//! The decompose side of the board: the per-card attempt budget, due-card selection and the
+//! apply transaction.
+//!
+//! The budget lives in `hermes_decompose_state`, one row per card that is (or was) a decompose
+//! candidate. `due_at_ms` is the whole scheduling story: NULL means "never automatically"
+//! (decomposed, parked, opted out), a time in the future means backoff, and a partial index on it
+//! lets the dispatcher find the oldest due cards without reading the rest of the board.
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use serde_json::json;
+
+use super::board::{add_event, canonical_assignee, insert_task_row, promote_ready, TaskRow};
+use super::ledger::{board_pause, calls_since, HOUR_MS};
+use super::{SqlResultExt, Status, Store, StoreError};
+use crate::decompose::{ChildSpec, Plan};
+
+/// Block kinds that wait for a person; such cards are never decomposed automatically (B7).
+pub const HUMAN_BLOCK_KINDS: [&str; 2] = ["needs_input", "capability"];
+
+/// Who asked for an attempt. Only `Manual` ignores the budget, backoff, holds and board guards:
+/// a person chose to pay for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The gateway's dispatcher tick.
+    Gateway,
+    /// `kanban decompose --all`.
+    Sweep,
+    /// `kanban decompose ID`.
+    Manual,
+}
+
+impl Origin {
+    /// The label stored in the ledger and in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Gateway => "gateway",
+            Origin::Sweep => "sweep",
+            Origin::Manual => "manual",
+        }
+    }
+
+    fn is_automatic(self) -> bool {
+        self != Origin::Manual
+    }
+}
+
+/// What [`Store::begin_attempt`] checks and records.
+pub struct BeginPolicy {
+    pub origin: Origin,
+    pub now_ms: i64,
+    /// Automatic attempts stop once a card has had this many.
+    pub max_attempts: u32,
+    /// Board-wide ceiling on paid calls in any rolling hour (automatic attempts only).
+    pub calls_per_hour: u32,
+    /// When the card is next due should this attempt fail, given its number. Set before the
+    /// request leaves, so a crash mid-call cannot make the card due again at once.
+    pub provisional_due_ms: Box<dyn Fn(u32) -> i64 + Send>,
+}
+
+/// A recorded attempt: the card as it was when the attempt was counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptTicket {
+    pub task_id: String,
+    /// 1 for the card's first attempt.
+    pub attempt: u32,
+    pub title: String,
+    pub body: Option<String>,
+    pub assignee: Option<String>,
+}
+
+/// Why no attempt was recorded (and nothing paid).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BeginRefusal {
+    #[error("no such task: {0}")]
+    NoSuchTask(String),
+    #[error("task is not in triage (status {status}); nothing to decompose")]
+    NotInTriage { status: String },
+    #[error("parked after {attempts} failed attempts; decompose it by hand to try again")]
+    Parked { attempts: u32 },
+    #[error("in backoff until {}", crate::clock::utc(until_ms.div_euclid(1000)))]
+    InBackoff { until_ms: i64 },
+    #[error("created with --no-auto-decompose")]
+    OptedOut,
+    #[error("a human hold: {why}")]
+    Hold { why: String },
+    #[error("not scheduled for automatic decomposition")]
+    NotScheduled,
+    #[error("auto-decompose is paused until {}: {reason}", crate::clock::utc(until_ms.div_euclid(1000)))]
+    Paused { until_ms: i64, reason: String },
+    #[error(
+        "{calls} paid calls in the last hour reached kanban.decompose_calls_per_hour ({limit})"
+    )]
+    CeilingReached { calls: u64, limit: u32 },
+}
+
+/// A failed attempt, as recorded on the card.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureRecord {
+    pub attempt: u32,
+    pub origin: Origin,
+    pub reason: String,
+    /// When the card is next due; `None` when it is parked.
+    pub next_due_ms: Option<i64>,
+    /// The budget is spent: park the card.
+    pub park: bool,
+    pub now_ms: i64,
+}
+
+/// Settings of the apply transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyOptions {
+    /// Assignee of a decomposed root.
+    pub orchestrator: String,
+    /// Promote parent-free `todo` cards to `ready` afterwards.
+    pub auto_promote: bool,
+    /// Recorded as the children's creator.
+    pub author: String,
+    pub now_ms: i64,
+}
+
+/// What the apply transaction did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyResult {
+    /// The children, in reply order.
+    Fanout { child_ids: Vec<String> },
+    /// The card was specified in place; its new title when the reply changed it.
+    Single { new_title: Option<String> },
+    /// The card left triage while the provider was answering; nothing was written (B4).
+    LeftTriage { status: String },
+}
+
+/// Whether automatic attempts may run now (B5, B6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AutoGate {
+    Open { calls_left: u64 },
+    Paused { until_ms: i64, reason: String },
+    CeilingReached { calls: u64, limit: u32 },
+}
+
+impl Store {
+    /// Counts an attempt on `task_id` — before any request is sent (B1) — or says why there must
+    /// be none. One `BEGIN IMMEDIATE` transaction, so two processes can never both count the
+    /// same due slot.
+    pub fn begin_attempt(
+        &mut self,
+        task_id: &str,
+        policy: &BeginPolicy,
+    ) -> Result<Result<AttemptTicket, BeginRefusal>, StoreError> {
+        self.write(|tx| begin_attempt(tx, task_id, policy))
+    }
+
+    /// Records a failed attempt: the card's next due time (or its park) and the
+    /// `decompose_failed` / `decompose_parked` events, in one transaction.
+    pub fn record_failure(
+        &mut self,
+        task_id: &str,
+        failure: &FailureRecord,
+    ) -> Result<(), StoreError> {
+        self.write(|tx| record_failure(tx, task_id, failure))
+    }
+
+    /// Applies a validated plan in one transaction that first re-checks the card is still in
+    /// triage (B4): all of the graph, or none of it.
+    pub fn apply_plan(
+        &mut self,
+        task_id: &str,
+        plan: &Plan,
+        opts: &ApplyOptions,
+    ) -> Result<ApplyResult, StoreError> {
+        self.write(|tx| apply_plan(tx, task_id, plan, opts))
+    }
+
+    /// Gives every triage card that has no decompose state (written by another tool, or before
+    /// this board had budgets) a state row, due from its creation time.
+    ///
+    /// `full` scans every triage card; otherwise only cards newer than the newest row seen at
+    /// the last sync, which keeps a tick's cost independent of the board's size.
+    pub fn sync_decompose_state(&mut self, now_ms: i64, full: bool) -> Result<usize, StoreError> {
+        let floor = if full { 0 } else { self.synced_rowid };
+        let top: i64 = self.read(|conn| {
+            conn.query_row("SELECT COALESCE(MAX(rowid), 0) FROM tasks", [], |r| {
+                r.get(0)
+            })
+            .sql("reading the newest card")
+        })?;
+        if top <= floor {
+            return Ok(0);
+        }
+        let added = self.write(|tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO hermes_decompose_state (task_id, due_at_ms)
+                 SELECT t.id, MIN(t.created_at * 1000, ?2) FROM tasks t
+                 WHERE t.rowid > ?1 AND t.status = 'triage'",
+                params![floor, now_ms],
+            )
+            .sql("scheduling triage cards written by other tools")
+        })?;
+        self.synced_rowid = top;
+        Ok(added)
+    }
+
+    /// The oldest due cards, at most `limit`, never one in `exclude`: in triage, not parked,
+    /// not in backoff, not opted out, not a human hold (B2, B7). Walks the due index in order
+    /// and stops at `limit`, so the cost does not grow with the board.
+    pub fn due_cards(
+        &self,
+        now_ms: i64,
+        limit: usize,
+        exclude: &std::collections::HashSet<String>,
+    ) -> Result<Vec<String>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT s.task_id FROM hermes_decompose_state s
+                     JOIN tasks t ON t.id = s.task_id
+                     WHERE s.due_at_ms IS NOT NULL AND s.due_at_ms <= ?1
+                       AND s.parked_at_ms IS NULL AND s.opt_out = 0
+                       AND t.status = 'triage' AND t.started_at IS NULL
+                       AND (t.block_kind IS NULL OR t.block_kind NOT IN ('needs_input', 'capability'))
+                     ORDER BY s.due_at_ms, s.task_id",
+                )
+                .sql("selecting due cards")?;
+            let mut rows = stmt.query([now_ms]).sql("selecting due cards")?;
+            let mut due = Vec::with_capacity(limit);
+            while let Some(row) = rows.next().sql("selecting due cards")? {
+                let id: String = row.get(0).sql("reading a due card")?;
+                if !exclude.contains(&id) {
+                    due.push(id);
+                    if due.len() == limit {
+                        break;
+                    }
+                }
+            }
+            Ok(due)
+        })
+    }
+
+    /// Whether automatic attempts may run now: the provider pause (B5) and the hourly ceiling
+    /// (B6), both read from the board so they hold across restarts and processes.
+    pub fn auto_gate(&self, now_ms: i64, calls_per_hour: u32) -> Result<AutoGate, StoreError> {
+        self.read(|conn| auto_gate(conn, now_ms, calls_per_hour))
+    }
+}
+
+fn auto_gate(conn: &Connection, now_ms: i64, calls_per_hour: u32) -> Result<AutoGate, StoreError> {
+    if let Some(pause) = board_pause(conn)?.filter(|p| p.until_ms > now_ms) {
+        return Ok(AutoGate::Paused {
+            until_ms: pause.until_ms,
+            reason: pause.reason,
+        });
+    }
+    let calls = calls_since(conn, now_ms - HOUR_MS)?;
+    if calls >= u64::from(calls_per_hour) {
+        return Ok(AutoGate::CeilingReached {
+            calls,
+            limit: calls_per_hour,
+        });
+    }
+    Ok(AutoGate::Open {
+        calls_left: u64::from(calls_per_hour) - calls,
+    })
+}
+
+/// A card's decompose state row, if any.
+struct StateRow {
+    attempts: u32,
+    due_at_ms: Option<i64>,
+    parked_at_ms: Option<i64>,
+    opt_out: bool,
+}
+
+fn state_row(conn: &Connection, task_id: &str) -> Result<Option<StateRow>, StoreError> {
+    conn.query_row(
+        "SELECT attempts, due_at_ms, parked_at_ms, opt_out FROM hermes_decompose_state WHERE task_id = ?1",
+        [task_id],
+        |r| {
+            Ok(StateRow {
+                attempts: r.get(0)?,
+                due_at_ms: r.get(1)?,
+                parked_at_ms: r.get(2)?,
+                opt_out: r.get::<_, i64>(3)? != 0,
+            })
+        },
+    )
+    .optional()
+    .sql("reading the card's decompose state")
+}
+
+/// The card columns an attempt needs, read inside the attempt's transaction.
+struct CardRow {
+    status: String,
+    title: String,
+    body: Option<String>,
+    assignee: Option<String>,
+    started_at: Option<i64>,
+    block_kind: Option<String>,
+}
+
+fn card_row(conn: &Connection, task_id: &str) -> Result<Option<CardRow>, StoreError> {
+    conn.query_row(
+        "SELECT status, title, body, assignee, started_at, block_kind FROM tasks WHERE id = ?1",
+        [task_id],
+        |r| {
+            Ok(CardRow {
+                status: r.get(0)?,
+                title: r.get(1)?,
+                body: r.get(2)?,
+                assignee: r.get(3)?,
+                started_at: r.get(4)?,
+                block_kind: r.get(5)?,
+            })
+        },
+    )
+    .optional()
+    .sql("reading the card")
+}
+
+fn begin_attempt(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    policy: &BeginPolicy,
+) -> Result<Result<AttemptTicket, BeginRefusal>, StoreError> {
+    let Some(card) = card_row(tx, task_id)? else {
+        return Ok(Err(BeginRefusal::NoSuchTask(task_id.to_owned())));
+    };
+    if card.status != Status::Triage.as_str() {
+        return Ok(Err(BeginRefusal::NotInTriage {
+            status: card.status,
+        }));
+    }
+    let state = state_row(tx, task_id)?;
+    if policy.origin.is_automatic() {
+        if let Some(refusal) = automatic_refusal(tx, &card, state.as_ref(), policy)? {
+            return Ok(Err(refusal));
+        }
+    }
+    let attempt = state.as_ref().map_or(0, |s| s.attempts).saturating_add(1);
+    // A card that is not automatically schedulable stays so after a manual attempt.
+    let schedulable = state
+        .as_ref()
+        .is_none_or(|s| !s.opt_out && s.parked_at_ms.is_none() && s.due_at_ms.is_some());
+    let due = schedulable.then(|| (policy.provisional_due_ms)(attempt));
+    tx.execute(
+        "INSERT INTO hermes_decompose_state (task_id, attempts, last_attempt_at_ms, due_at_ms)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT(task_id) DO UPDATE SET
+             attempts = excluded.attempts,
+             last_attempt_at_ms = excluded.last_attempt_at_ms,
+             due_at_ms = excluded.due_at_ms",
+        params![task_id, attempt, policy.now_ms, due],
+    )
+    .sql("recording the attempt")?;
+    Ok(Ok(AttemptTicket {
+        task_id: task_id.to_owned(),
+        attempt,
+        title: card.title,
+        body: card.body,
+        assignee: card.assignee,
+    }))
+}
+
+fn automatic_refusal(
+    conn: &Connection,
+    card: &CardRow,
+    state: Option<&StateRow>,
+    policy: &BeginPolicy,
+) -> Result<Option<BeginRefusal>, StoreError> {
+    if let Some(state) = state {
+        if state.opt_out {
+            return Ok(Some(BeginRefusal::OptedOut));
+        }
+        if state.parked_at_ms.is_some() || state.attempts >= policy.max_attempts {
+            return Ok(Some(BeginRefusal::Parked {
+                attempts: state.attempts,
+            }));
+        }
+    }
+    if card.started_at.is_some() {
+        return Ok(Some(BeginRefusal::Hold {
+            why: "the card has run before".to_owned(),
+        }));
+    }
+    if let Some(kind) = card
+        .block_kind
+        .as_deref()
+        .filter(|k| HUMAN_BLOCK_KINDS.contains(k))
+    {
+        return Ok(Some(BeginRefusal::Hold {
+            why: format!("blocked on {kind}"),
+        }));
+    }
+    match state.map(|s| s.due_at_ms) {
+        Some(None) => return Ok(Some(BeginRefusal::NotScheduled)),
+        Some(Some(due)) if due > policy.now_ms => {
+            return Ok(Some(BeginRefusal::InBackoff { until_ms: due }))
+        }
+        _ => {}
+    }
+    Ok(
+        match auto_gate(conn, policy.now_ms, policy.calls_per_hour)? {
+            AutoGate::Open { .. } => None,
+            AutoGate::Paused { until_ms, reason } => {
+                Some(BeginRefusal::Paused { until_ms, reason })
+            }
+            AutoGate::CeilingReached { calls, limit } => {
+                Some(BeginRefusal::CeilingReached { calls, limit })
+            }
+        },
+    )
+}
+
+fn record_failure(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    failure: &FailureRecord,
+) -> Result<(), StoreError> {
+    let state = state_row(tx, task_id)?;
+    let already_parked = state.as_ref().is_some_and(|s| s.parked_at_ms.is_some());
+    let schedulable = state
+        .as_ref()
+        .is_some_and(|s| !s.opt_out && s.parked_at_ms.is_none() && s.due_at_ms.is_some());
+    let due = if failure.park || !schedulable {
+        None
+    } else {
+        failure.next_due_ms
+    };
+    tx.execute(
+        "UPDATE hermes_decompose_state SET
+             last_error = ?2,
+             due_at_ms = ?3,
+             parked_at_ms = CASE WHEN ?4 THEN COALESCE(parked_at_ms, ?5) ELSE parked_at_ms END
+         WHERE task_id = ?1",
+        params![task_id, failure.reason, due, failure.park, failure.now_ms],
+    )
+    .sql("recording the failed attempt")?;
+    add_event(
+        tx,
+        task_id,
+        "decompose_failed",
+        Some(&json!({
+            "attempt": failure.attempt,
+            "reason": failure.reason,
+            "origin": failure.origin.as_str(),
+            "next_attempt_at": due.map(|ms| ms as f64 / 1000.0),
+        })),
+    )?;
+    if failure.park && !already_parked {
+        add_event(
+            tx,
+            task_id,
+            "decompose_parked",
+            Some(&json!({"attempts": failure.attempt, "reason": failure.reason})),
+        )?;
+    }
+    Ok(())
+}
+
+fn apply_plan(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    plan: &Plan,
+    opts: &ApplyOptions,
+) -> Result<ApplyResult, StoreError> {
+    let Some(card) = card_row(tx, task_id)? else {
+        return Err(StoreError::NoSuchTask(task_id.to_owned()));
+    };
+    // Whatever happens next, the card is no longer waiting for an automatic attempt.
+    tx.execute(
+        "UPDATE hermes_decompose_state SET due_at_ms = NULL, last_error = NULL WHERE task_id = ?1",
+        [task_id],
+    )
+    .sql("closing the card's decompose schedule")?;
+    if card.status != Status::Triage.as_str() {
+        return Ok(ApplyResult::LeftTriage {
+            status: card.status,
+        });
+    }
+    let result = match plan {
+        Plan::Fanout { children, .. } => ApplyResult::Fanout {
+            child_ids: apply_fanout(tx, task_id, children, opts)?,
+        },
+        Plan::Single {
+            title,
+            body,
+            assignee,
+            ..
+        } => apply_single(
+            tx,
+            task_id,
+            &card,
+            title.as_deref(),
+            body.as_deref(),
+            assignee,
+        )?,
+    };
+    if opts.auto_promote {
+        promote_ready(tx)?;
+    }
+    Ok(result)
+}
+
+fn apply_fanout(
+    tx: &Transaction<'_>,
+    root: &str,
+    children: &[ChildSpec],
+    opts: &ApplyOptions,
+) -> Result<Vec<String>, StoreError> {
+    let (tenant, workspace_kind, workspace_path): (Option<String>, Option<String>, Option<String>) =
+        tx.query_row(
+            "SELECT tenant, workspace_kind, workspace_path FROM tasks WHERE id = ?1",
+            [root],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .sql("reading the root card")?;
+    let created_at = opts.now_ms.div_euclid(1000);
+    let mut ids = Vec::with_capacity(children.len());
+    for child in children {
+        let assignee = canonical_assignee(&child.assignee)?;
+        let id = insert_task_row(
+            tx,
+            &TaskRow {
+                title: &child.title,
+                body: Some(&child.body),
+                assignee: Some(&assignee),
+                status: Status::Todo,
+                priority: 0,
+                created_by: Some(&opts.author),
+                tenant: tenant.as_deref(),
+                created_at,
+            },
+        )?;
+        // Children work where their root works.
+        tx.execute(
+            "UPDATE tasks SET workspace_kind = COALESCE(?2, workspace_kind), workspace_path = ?3 WHERE id = ?1",
+            params![id, workspace_kind, workspace_path],
+        )
+        .sql("placing a child in its root's workspace")?;
+        add_event(
+            tx,
+            &id,
+            "created",
+            Some(&json!({"by": opts.author, "from_decompose_of": root})),
+        )?;
+        ids.push(id);
+    }
+    // The reply was validated whole (indices in range, acyclic) before this transaction began;
+    // the children are brand new, so no link here can close a loop through older cards.
+    for (index, child) in children.iter().enumerate() {
+        for &parent in &child.parents {
+            let (parent_id, child_id) = (&ids[parent], &ids[index]);
+            tx.execute(
+                "INSERT OR IGNORE INTO task_links (parent_id, child_id) VALUES (?1, ?2)",
+                params![parent_id, child_id],
+            )
+            .sql("linking siblings")?;
+            add_event(
+                tx,
+                child_id,
+                "linked",
+                Some(&json!({"parent": parent_id, "child": child_id})),
+            )?;
+        }
+    }
+    for id in &ids {
+        // The root waits for every child.
+        tx.execute(
+            "INSERT OR IGNORE INTO task_links (parent_id, child_id) VALUES (?1, ?2)",
+            params![id, root],
+        )
+        .sql("linking a child under its root")?;
+    }
+    let orchestrator = canonical_assignee(&opts.orchestrator)?;
+    tx.execute(
+        "UPDATE tasks SET status = 'todo', assignee = ?2 WHERE id = ?1",
+        params![root, orchestrator],
+    )
+    .sql("moving the root out of triage")?;
+    add_event(
+        tx,
+        root,
+        "decomposed",
+        Some(&json!({"child_ids": ids, "root_assignee": orchestrator})),
+    )?;
+    Ok(ids)
+}
+
+fn apply_single(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    card: &CardRow,
+    title: Option<&str>,
+    body: Option<&str>,
+    assignee: &str,
+) -> Result<ApplyResult, StoreError> {
+    let new_title = title.filter(|t| *t != card.title);
+    let new_body = body.filter(|b| Some(*b) != card.body.as_deref());
+    let new_assignee = match card.assignee {
+        Some(_) => None,
+        None => Some(canonical_assignee(assignee)?),
+    };
+    let mut changed = Vec::new();
+    if new_title.is_some() {
+        changed.push("title");
+    }
+    if new_body.is_some() {
+        changed.push("body");
+    }
+    if new_assignee.is_some() {
+        changed.push("assignee");
+    }
+    tx.execute(
+        "UPDATE tasks SET status = 'todo',
+             title = COALESCE(?2, title), body = COALESCE(?3, body), assignee = COALESCE(?4, assignee)
+         WHERE id = ?1",
+        params![task_id, new_title, new_body, new_assignee],
+    )
+    .sql("specifying the card")?;
+    let payload = (!changed.is_empty()).then(|| json!({"changed_fields": changed}));
+    add_event(tx, task_id, "specified", payload.as_ref())?;
+    Ok(ApplyResult::Single {
+        new_title: new_title.map(str::to_owned),
+    })
+}

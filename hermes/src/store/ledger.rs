@@ -1,0 +1,288 @@
+//! Every paid call, visible (B9): one `hermes_aux_ledger` row per HTTP request, opened before
+//! the request leaves and closed when it ends, so a crash mid-call still leaves its row. The
+//! board-wide pause (B5) and the hourly ceiling (B6) are read from the same tables, which is
+//! what makes them hold across restarts and across processes.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+use super::decompose::{BeginRefusal, Origin};
+use super::{SqlResultExt, Store, StoreError};
+
+/// One hour in milliseconds: the ceiling's rolling window.
+pub const HOUR_MS: i64 = 3_600_000;
+
+const PAUSE_KEY: &str = "provider_pause";
+
+/// A ledger row about to be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerOpen {
+    pub task_id: String,
+    pub origin: Origin,
+    pub attempt: u32,
+    /// 1 for the attempt's first request, then one more per transient retry.
+    pub try_no: u32,
+    pub started_at_ms: i64,
+    /// When set, refuse to open the row (and so to send the request) if the rolling hour
+    /// already holds this many paid calls.
+    pub enforce_ceiling: Option<u32>,
+}
+
+/// How a ledger row's request ended.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LedgerClose {
+    pub ended_at_ms: i64,
+    /// `ok`, or the failure's label (`server_error`, `timeout`, `malformed`, `aborted`, …).
+    pub outcome: String,
+    pub http_status: Option<u16>,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    /// A short human-readable note (the error), if any.
+    pub detail: Option<String>,
+}
+
+/// The board-wide provider pause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pause {
+    pub until_ms: i64,
+    pub reason: String,
+}
+
+/// `kanban usage`: what the ledger says was paid.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageReport {
+    /// Unix seconds the report starts from, if limited.
+    pub since: Option<i64>,
+    pub totals: UsageTotals,
+    pub window: UsageWindow,
+    pub pause: Option<UsagePause>,
+    pub cards: Vec<CardUsage>,
+}
+
+/// Totals over the report's period.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UsageTotals {
+    pub calls: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// The hourly ceiling's state now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UsageWindow {
+    pub calls_last_hour: u64,
+    pub limit: u32,
+}
+
+/// A pause in force.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsagePause {
+    /// Unix seconds.
+    pub until: f64,
+    pub reason: String,
+}
+
+/// One card's calls over the report's period.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CardUsage {
+    pub task_id: String,
+    pub title: Option<String>,
+    pub status: Option<String>,
+    pub calls: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub attempts: u32,
+    pub parked: bool,
+    /// Unix seconds of the card's latest call.
+    pub last_call_at: Option<f64>,
+}
+
+impl Store {
+    /// Opens a ledger row for a request about to be sent; returns its id, or the ceiling's
+    /// refusal when `enforce_ceiling` is set and reached (then nothing may be sent).
+    pub fn ledger_open(
+        &mut self,
+        open: &LedgerOpen,
+    ) -> Result<Result<i64, BeginRefusal>, StoreError> {
+        self.write(|tx| {
+            if let Some(limit) = open.enforce_ceiling {
+                let calls = calls_since(tx, open.started_at_ms - HOUR_MS)?;
+                if calls >= u64::from(limit) {
+                    return Ok(Err(BeginRefusal::CeilingReached { calls, limit }));
+                }
+            }
+            tx.execute(
+                "INSERT INTO hermes_aux_ledger
+                     (task_id, purpose, origin, attempt, try, started_at_ms, outcome)
+                 VALUES (?1, 'decompose', ?2, ?3, ?4, ?5, 'in_flight')",
+                params![
+                    open.task_id,
+                    open.origin.as_str(),
+                    open.attempt,
+                    open.try_no,
+                    open.started_at_ms
+                ],
+            )
+            .sql("opening a ledger row")?;
+            Ok(Ok(tx.last_insert_rowid()))
+        })
+    }
+
+    /// Closes a ledger row with how its request ended.
+    pub fn ledger_close(&mut self, id: i64, close: &LedgerClose) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE hermes_aux_ledger SET ended_at_ms = ?2, outcome = ?3, http_status = ?4,
+                     prompt_tokens = ?5, completion_tokens = ?6, detail = ?7
+                 WHERE id = ?1",
+                params![
+                    id,
+                    close.ended_at_ms,
+                    close.outcome,
+                    close.http_status,
+                    close.prompt_tokens.map(|n| n as i64),
+                    close.completion_tokens.map(|n| n as i64),
+                    close.detail
+                ],
+            )
+            .sql("closing a ledger row")?;
+            Ok(())
+        })
+    }
+
+    /// Paid calls (ledger rows) started at or after `since_ms`.
+    pub fn calls_since(&self, since_ms: i64) -> Result<u64, StoreError> {
+        self.read(|conn| calls_since(conn, since_ms))
+    }
+
+    /// The board-wide provider pause, if one was ever set (it may have expired).
+    pub fn pause(&self) -> Result<Option<Pause>, StoreError> {
+        self.read(board_pause)
+    }
+
+    /// Pauses automatic attempts board-wide until `until_ms`. A later pause never shortens a
+    /// longer one already in force.
+    pub fn set_pause(&mut self, until_ms: i64, reason: &str) -> Result<(), StoreError> {
+        let now = crate::clock::now_ms();
+        self.write(|tx| {
+            // An expired pause always ends before a new one, so only a pause still in force
+            // can outlast this one.
+            if board_pause(tx)?.is_some_and(|current| current.until_ms >= until_ms) {
+                return Ok(());
+            }
+            tx.execute(
+                "INSERT INTO hermes_board_state (key, value, until_ms, updated_at_ms)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(key) DO UPDATE SET
+                     value = excluded.value, until_ms = excluded.until_ms,
+                     updated_at_ms = excluded.updated_at_ms",
+                params![PAUSE_KEY, reason, until_ms, now],
+            )
+            .sql("recording the provider pause")?;
+            Ok(())
+        })
+    }
+
+    /// `kanban usage`: calls and tokens per card and in total since `since_ms` (all time when
+    /// `None`), with the hourly window and any pause in force at `now_ms`.
+    pub fn usage(
+        &self,
+        since_ms: Option<i64>,
+        now_ms: i64,
+        calls_per_hour: u32,
+    ) -> Result<UsageReport, StoreError> {
+        self.read(|conn| {
+            let since = since_ms.unwrap_or(i64::MIN);
+            let mut stmt = conn
+                .prepare(
+                    "SELECT l.task_id, t.title, t.status,
+                            COUNT(*),
+                            SUM(l.outcome = 'ok'),
+                            SUM(l.outcome NOT IN ('ok', 'in_flight')),
+                            COALESCE(SUM(l.prompt_tokens), 0),
+                            COALESCE(SUM(l.completion_tokens), 0),
+                            COALESCE(s.attempts, 0),
+                            s.parked_at_ms IS NOT NULL,
+                            MAX(l.started_at_ms)
+                     FROM hermes_aux_ledger l
+                     LEFT JOIN tasks t ON t.id = l.task_id
+                     LEFT JOIN hermes_decompose_state s ON s.task_id = l.task_id
+                     WHERE l.started_at_ms >= ?1
+                     GROUP BY l.task_id
+                     ORDER BY MAX(l.started_at_ms) DESC, l.task_id",
+                )
+                .sql("reading the ledger")?;
+            let rows = stmt
+                .query_map([since], |r| {
+                    Ok(CardUsage {
+                        task_id: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                        title: r.get(1)?,
+                        status: r.get(2)?,
+                        calls: r.get::<_, i64>(3)? as u64,
+                        ok: r.get::<_, i64>(4)? as u64,
+                        failed: r.get::<_, i64>(5)? as u64,
+                        prompt_tokens: r.get::<_, i64>(6)? as u64,
+                        completion_tokens: r.get::<_, i64>(7)? as u64,
+                        attempts: r.get(8)?,
+                        parked: r.get(9)?,
+                        last_call_at: r.get::<_, Option<i64>>(10)?.map(|ms| ms as f64 / 1000.0),
+                    })
+                })
+                .sql("reading the ledger")?;
+            let cards: Vec<CardUsage> = rows.collect::<Result<_, _>>().sql("reading the ledger")?;
+            let totals = cards.iter().fold(UsageTotals::default(), |mut t, c| {
+                t.calls += c.calls;
+                t.ok += c.ok;
+                t.failed += c.failed;
+                t.prompt_tokens += c.prompt_tokens;
+                t.completion_tokens += c.completion_tokens;
+                t
+            });
+            let pause = board_pause(conn)?
+                .filter(|p| p.until_ms > now_ms)
+                .map(|p| UsagePause {
+                    until: p.until_ms as f64 / 1000.0,
+                    reason: p.reason,
+                });
+            Ok(UsageReport {
+                since: since_ms.map(|ms| ms.div_euclid(1000)),
+                totals,
+                window: UsageWindow {
+                    calls_last_hour: calls_since(conn, now_ms - HOUR_MS)?,
+                    limit: calls_per_hour,
+                },
+                pause,
+                cards,
+            })
+        })
+    }
+}
+
+pub(crate) fn calls_since(conn: &Connection, since_ms: i64) -> Result<u64, StoreError> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM hermes_aux_ledger WHERE started_at_ms >= ?1",
+        [since_ms],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n as u64)
+    .sql("counting paid calls")
+}
+
+pub(crate) fn board_pause(conn: &Connection) -> Result<Option<Pause>, StoreError> {
+    conn.query_row(
+        "SELECT until_ms, value FROM hermes_board_state WHERE key = ?1 AND until_ms IS NOT NULL",
+        [PAUSE_KEY],
+        |r| {
+            Ok(Pause {
+                until_ms: r.get(0)?,
+                reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+            })
+        },
+    )
+    .optional()
+    .sql("reading the provider pause")
+}

@@ -1,0 +1,368 @@
+//! The on-disk schema: upstream's tables (same names, columns, types and defaults, so either
+//! implementation reads the other's board) plus our own `hermes_*` tables.
+//!
+//! Migrations are strictly additive. Opening a board only ever adds what is missing (a table,
+//! a column via `ALTER TABLE … ADD COLUMN`, an index); it never drops, renames or rewrites, and
+//! it leaves `PRAGMA user_version` alone (upstream keeps it at 0).
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::{SqlResultExt, StoreError};
+
+/// One column: its name and the declaration that follows the name in `CREATE TABLE`.
+pub(crate) struct Column {
+    pub name: &'static str,
+    pub decl: &'static str,
+}
+
+/// One table, in column order.
+pub(crate) struct Table {
+    pub name: &'static str,
+    pub columns: &'static [Column],
+    /// Table constraints after the columns (a composite primary key).
+    pub constraints: &'static [&'static str],
+}
+
+/// One index; created only after every column it covers exists.
+pub(crate) struct Index {
+    pub name: &'static str,
+    pub table: &'static str,
+    pub on: &'static str,
+    pub partial: Option<&'static str>,
+}
+
+macro_rules! columns {
+    ($($name:literal $decl:literal),* $(,)?) => {
+        &[$(Column { name: $name, decl: $decl }),*]
+    };
+}
+
+/// Every table, upstream's first. The order matters only for readability of `.schema`.
+pub(crate) const TABLES: &[Table] = &[
+    Table {
+        name: "tasks",
+        columns: columns![
+            "id" "TEXT PRIMARY KEY",
+            "title" "TEXT NOT NULL",
+            "body" "TEXT",
+            "assignee" "TEXT",
+            "status" "TEXT NOT NULL",
+            "priority" "INTEGER DEFAULT 0",
+            "created_by" "TEXT",
+            "created_at" "INTEGER NOT NULL",
+            "started_at" "INTEGER",
+            "completed_at" "INTEGER",
+            "workspace_kind" "TEXT NOT NULL DEFAULT 'scratch'",
+            "workspace_path" "TEXT",
+            "branch_name" "TEXT",
+            "project_id" "TEXT",
+            "claim_lock" "TEXT",
+            "claim_expires" "INTEGER",
+            "tenant" "TEXT",
+            "result" "TEXT",
+            "idempotency_key" "TEXT",
+            "consecutive_failures" "INTEGER NOT NULL DEFAULT 0",
+            "worker_pid" "INTEGER",
+            "last_failure_error" "TEXT",
+            "max_runtime_seconds" "INTEGER",
+            "last_heartbeat_at" "INTEGER",
+            "current_run_id" "INTEGER",
+            "workflow_template_id" "TEXT",
+            "current_step_key" "TEXT",
+            "skills" "TEXT",
+            "model_override" "TEXT",
+            "max_retries" "INTEGER",
+            "goal_mode" "INTEGER NOT NULL DEFAULT 0",
+            "goal_max_turns" "INTEGER",
+            "session_id" "TEXT",
+            "block_kind" "TEXT",
+            "block_recurrences" "INTEGER NOT NULL DEFAULT 0",
+        ],
+        constraints: &[],
+    },
+    Table {
+        name: "task_links",
+        columns: columns![
+            "parent_id" "TEXT NOT NULL",
+            "child_id" "TEXT NOT NULL",
+        ],
+        constraints: &["PRIMARY KEY (parent_id, child_id)"],
+    },
+    Table {
+        name: "task_comments",
+        columns: columns![
+            "id" "INTEGER PRIMARY KEY AUTOINCREMENT",
+            "task_id" "TEXT NOT NULL",
+            "author" "TEXT NOT NULL",
+            "body" "TEXT NOT NULL",
+            "created_at" "INTEGER NOT NULL",
+        ],
+        constraints: &[],
+    },
+    Table {
+        name: "task_events",
+        columns: columns![
+            "id" "INTEGER PRIMARY KEY AUTOINCREMENT",
+            "task_id" "TEXT NOT NULL",
+            "run_id" "INTEGER",
+            "kind" "TEXT NOT NULL",
+            "payload" "TEXT",
+            "created_at" "INTEGER NOT NULL",
+        ],
+        constraints: &[],
+    },
+    Table {
+        name: "task_runs",
+        columns: columns![
+            "id" "INTEGER PRIMARY KEY AUTOINCREMENT",
+            "task_id" "TEXT NOT NULL",
+            "profile" "TEXT",
+            "step_key" "TEXT",
+            "status" "TEXT NOT NULL",
+            "claim_lock" "TEXT",
+            "claim_expires" "INTEGER",
+            "worker_pid" "INTEGER",
+            "max_runtime_seconds" "INTEGER",
+            "last_heartbeat_at" "INTEGER",
+            "started_at" "INTEGER NOT NULL",
+            "ended_at" "INTEGER",
+            "outcome" "TEXT",
+            "summary" "TEXT",
+            "metadata" "TEXT",
+            "error" "TEXT",
+        ],
+        constraints: &[],
+    },
+    Table {
+        name: "task_attachments",
+        columns: columns![
+            "id" "INTEGER PRIMARY KEY AUTOINCREMENT",
+            "task_id" "TEXT NOT NULL",
+            "filename" "TEXT NOT NULL",
+            "stored_path" "TEXT NOT NULL",
+            "content_type" "TEXT",
+            "size" "INTEGER NOT NULL DEFAULT 0",
+            "uploaded_by" "TEXT",
+            "created_at" "INTEGER NOT NULL",
+        ],
+        constraints: &[],
+    },
+    Table {
+        name: "kanban_notify_subs",
+        columns: columns![
+            "task_id" "TEXT NOT NULL",
+            "platform" "TEXT NOT NULL",
+            "chat_id" "TEXT NOT NULL",
+            "thread_id" "TEXT NOT NULL DEFAULT ''",
+            "user_id" "TEXT",
+            "notifier_profile" "TEXT",
+            "created_at" "INTEGER NOT NULL",
+            "last_event_id" "INTEGER NOT NULL DEFAULT 0",
+        ],
+        constraints: &["PRIMARY KEY (task_id, platform, chat_id, thread_id)"],
+    },
+    // Per-card decompose bookkeeping. An attempt is counted here BEFORE its paid request is
+    // sent, so a crash after paying cannot hand the card a fresh budget. `due_at_ms` NULL means
+    // "never picked automatically" (decomposed, parked, or opted out).
+    Table {
+        name: "hermes_decompose_state",
+        columns: columns![
+            "task_id" "TEXT PRIMARY KEY",
+            "attempts" "INTEGER NOT NULL DEFAULT 0",
+            "last_attempt_at_ms" "INTEGER",
+            "last_error" "TEXT",
+            "due_at_ms" "INTEGER",
+            "parked_at_ms" "INTEGER",
+            "opt_out" "INTEGER NOT NULL DEFAULT 0",
+        ],
+        constraints: &[],
+    },
+    // One row per aux HTTP request, written whatever its outcome: the bill, itemised.
+    Table {
+        name: "hermes_aux_ledger",
+        columns: columns![
+            "id" "INTEGER PRIMARY KEY AUTOINCREMENT",
+            "task_id" "TEXT",
+            "purpose" "TEXT NOT NULL",
+            "origin" "TEXT NOT NULL",
+            "attempt" "INTEGER",
+            "try" "INTEGER NOT NULL DEFAULT 1",
+            "started_at_ms" "INTEGER NOT NULL",
+            "ended_at_ms" "INTEGER",
+            "outcome" "TEXT NOT NULL",
+            "http_status" "INTEGER",
+            "prompt_tokens" "INTEGER",
+            "completion_tokens" "INTEGER",
+            "detail" "TEXT",
+        ],
+        constraints: &[],
+    },
+    // Board-wide switches with an optional expiry (provider cooldowns, rate-limit pauses).
+    Table {
+        name: "hermes_board_state",
+        columns: columns![
+            "key" "TEXT PRIMARY KEY",
+            "value" "TEXT",
+            "until_ms" "INTEGER",
+            "updated_at_ms" "INTEGER NOT NULL",
+        ],
+        constraints: &[],
+    },
+];
+
+macro_rules! index {
+    ($name:literal, $table:literal, $on:literal) => {
+        Index {
+            name: $name,
+            table: $table,
+            on: $on,
+            partial: None,
+        }
+    };
+    ($name:literal, $table:literal, $on:literal, where $cond:literal) => {
+        Index {
+            name: $name,
+            table: $table,
+            on: $on,
+            partial: Some($cond),
+        }
+    };
+}
+
+/// Every index, under upstream's names for upstream's tables.
+pub(crate) const INDEXES: &[Index] = &[
+    index!("idx_tasks_assignee_status", "tasks", "assignee, status"),
+    index!("idx_tasks_status", "tasks", "status"),
+    index!("idx_links_child", "task_links", "child_id"),
+    index!("idx_links_parent", "task_links", "parent_id"),
+    index!("idx_comments_task", "task_comments", "task_id, created_at"),
+    index!("idx_events_task", "task_events", "task_id, created_at"),
+    index!("idx_runs_task", "task_runs", "task_id, started_at"),
+    index!("idx_runs_status", "task_runs", "status"),
+    index!(
+        "idx_attachments_task",
+        "task_attachments",
+        "task_id, created_at"
+    ),
+    index!("idx_notify_task", "kanban_notify_subs", "task_id"),
+    index!("idx_tasks_tenant", "tasks", "tenant"),
+    index!("idx_tasks_idempotency", "tasks", "idempotency_key"),
+    index!("idx_tasks_session_id", "tasks", "session_id"),
+    index!("idx_events_run", "task_events", "run_id, id"),
+    index!("hermes_idx_decompose_due", "hermes_decompose_state", "due_at_ms", where "due_at_ms IS NOT NULL"),
+    index!(
+        "hermes_idx_ledger_started",
+        "hermes_aux_ledger",
+        "started_at_ms"
+    ),
+    index!(
+        "hermes_idx_ledger_task",
+        "hermes_aux_ledger",
+        "task_id, started_at_ms"
+    ),
+];
+
+impl Table {
+    fn create_sql(&self) -> String {
+        let mut parts: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| format!("    {:<20} {}", c.name, c.decl))
+            .collect();
+        parts.extend(self.constraints.iter().map(|c| format!("    {c}")));
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n{}\n)",
+            self.name,
+            parts.join(",\n")
+        )
+    }
+}
+
+impl Index {
+    fn create_sql(&self) -> String {
+        let partial = self
+            .partial
+            .map(|w| format!(" WHERE {w}"))
+            .unwrap_or_default();
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {}({}){partial}",
+            self.name, self.table, self.on
+        )
+    }
+}
+
+impl Column {
+    /// SQLite can add a column to an existing table only when it is not a key and either
+    /// nullable or defaulted.
+    fn addable(&self) -> bool {
+        let decl = self.decl.to_ascii_uppercase();
+        !decl.contains("PRIMARY KEY") && (!decl.contains("NOT NULL") || decl.contains("DEFAULT"))
+    }
+}
+
+/// The statements that bring `conn`'s schema up to date, in a safe order: missing tables,
+/// then missing columns of existing tables, then missing indexes. Empty when nothing is
+/// missing, so a current board is opened without taking a write lock.
+pub(crate) fn pending_statements(conn: &Connection) -> Result<Vec<String>, StoreError> {
+    let mut statements = Vec::new();
+    for table in TABLES {
+        let existing = existing_columns(conn, table.name)?;
+        if existing.is_empty() {
+            statements.push(table.create_sql());
+            continue;
+        }
+        for column in table.columns {
+            if existing.iter().any(|c| c.eq_ignore_ascii_case(column.name)) {
+                continue;
+            }
+            if !column.addable() {
+                return Err(StoreError::Schema {
+                    detail: format!(
+                        "table {} has no column {}, and SQLite cannot add it to an existing table",
+                        table.name, column.name
+                    ),
+                });
+            }
+            statements.push(format!(
+                "ALTER TABLE {} ADD COLUMN {} {}",
+                table.name, column.name, column.decl
+            ));
+        }
+    }
+    for index in INDEXES {
+        let exists: Option<i64> = conn
+            .query_row(
+                "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?1",
+                [index.name],
+                |r| r.get(0),
+            )
+            .optional()
+            .sql("reading the schema")?;
+        if exists.is_none() {
+            statements.push(index.create_sql());
+        }
+    }
+    Ok(statements)
+}
+
+fn existing_columns(conn: &Connection, table: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_table_info(?1)")
+        .sql("reading the schema")?;
+    let names = stmt
+        .query_map([table], |r| r.get::<_, String>(0))
+        .sql("reading the schema")?
+        .collect::<Result<Vec<_>, _>>()
+        .sql("reading the schema")?;
+    Ok(names)
+}
+
+/// Runs [`pending_statements`] inside the caller's write transaction.
+pub(crate) fn apply(conn: &Connection) -> Result<usize, StoreError> {
+    let statements = pending_statements(conn)?;
+    for sql in &statements {
+        conn.execute_batch(sql)
+            .sql(format!("updating the schema ({sql})"))?;
+    }
+    Ok(statements.len())
+}

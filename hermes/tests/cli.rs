@@ -1,0 +1,475 @@
+//! The `hermes` binary end to end: the board verbs, their JSON shapes, and every kind of bad
+//! input answered with a clear message and the right exit code (never a panic).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{run_command, Scratch};
+use rusqlite::Connection;
+use serde_json::Value;
+
+/// Upstream's task object keys, in upstream's order.
+const TASK_KEYS: [&str; 21] = [
+    "id",
+    "title",
+    "body",
+    "assignee",
+    "status",
+    "priority",
+    "tenant",
+    "workspace_kind",
+    "workspace_path",
+    "branch_name",
+    "project_id",
+    "created_by",
+    "created_at",
+    "started_at",
+    "completed_at",
+    "result",
+    "skills",
+    "max_retries",
+    "session_id",
+    "workflow_template_id",
+    "current_step_key",
+];
+
+fn keys(v: &Value) -> Vec<String> {
+    v.as_object().expect("an object").keys().cloned().collect()
+}
+
+fn assert_task_shape(v: &Value) {
+    let mut expected: Vec<String> = TASK_KEYS.iter().map(|k| k.to_string()).collect();
+    if v.get("decompose").is_some() {
+        expected.push("decompose".into());
+    }
+    assert_eq!(keys(v), expected, "{v:#}");
+}
+
+fn rows(db: &std::path::Path, sql: &str) -> i64 {
+    let conn = Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn smoke_create_show_list_link_archive() {
+    let s = Scratch::new();
+    let init = s.ok(&["kanban", "init"]);
+    assert!(init.stdout.contains("kanban.db"), "{init:?}");
+    assert!(s.db().is_file());
+    s.ok(&["kanban", "init"]); // idempotent
+
+    let parent = s.json(&[
+        "kanban",
+        "create",
+        "parent card",
+        "--body",
+        "the body",
+        "--assignee",
+        "Worker",
+        "--json",
+    ]);
+    assert_task_shape(&parent);
+    assert_eq!(parent["title"], "parent card");
+    assert_eq!(parent["body"], "the body");
+    assert_eq!(parent["assignee"], "worker");
+    assert_eq!(parent["status"], "ready");
+    assert_eq!(parent["created_by"], "user");
+    assert_eq!(parent["skills"], serde_json::json!([]));
+    assert!(parent["created_at"].as_i64().unwrap() > 1_600_000_000);
+    let pid = parent["id"].as_str().unwrap().to_owned();
+
+    let child = s.json(&[
+        "kanban",
+        "create",
+        "child card",
+        "--parent",
+        &pid,
+        "--priority",
+        "-2",
+        "--tenant",
+        "acme",
+        "--created-by",
+        "bot",
+        "--json",
+    ]);
+    assert_eq!(child["status"], "todo");
+    assert_eq!(child["priority"], -2);
+    assert_eq!(child["tenant"], "acme");
+    assert_eq!(child["created_by"], "bot");
+    let cid = child["id"].as_str().unwrap().to_owned();
+
+    let triage = s.json(&["kanban", "--json", "create", "big idea", "--triage"]);
+    assert_task_shape(&triage);
+    assert_eq!(triage["status"], "triage");
+    assert_eq!(triage["decompose"]["attempts"], 0);
+    assert_eq!(triage["decompose"]["parked"], false);
+    assert_eq!(triage["decompose"]["opt_out"], false);
+    assert!(
+        triage["decompose"]["next_attempt_at"].as_i64().unwrap()
+            >= triage["created_at"].as_i64().unwrap()
+    );
+    let held = s.json(&[
+        "kanban",
+        "create",
+        "hands off",
+        "--triage",
+        "--no-auto-decompose",
+        "--json",
+    ]);
+    assert_eq!(held["decompose"]["opt_out"], true);
+    assert_eq!(held["decompose"]["next_attempt_at"], Value::Null);
+
+    let show = s.json(&["kanban", "show", &cid, "--json"]);
+    assert_eq!(
+        keys(&show),
+        [
+            "task",
+            "latest_summary",
+            "parents",
+            "children",
+            "comments",
+            "events",
+            "runs"
+        ]
+    );
+    assert_task_shape(&show["task"]);
+    assert_eq!(show["parents"], serde_json::json!([pid]));
+    assert_eq!(show["children"], serde_json::json!([]));
+    assert_eq!(show["comments"], serde_json::json!([]));
+    assert_eq!(show["runs"], serde_json::json!([]));
+    let events = show["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        keys(&events[0]),
+        ["kind", "payload", "created_at", "run_id"]
+    );
+    assert_eq!(events[0]["kind"], "created");
+    assert_eq!(events[0]["payload"]["parents"], serde_json::json!([pid]));
+    assert_eq!(events[0]["payload"]["status"], "todo");
+
+    let text = s.ok(&["kanban", "show", &cid]).stdout;
+    assert!(
+        text.contains("child card") && text.contains("todo") && text.contains(&pid),
+        "{text}"
+    );
+
+    let list = s.json(&["kanban", "list", "--json"]);
+    let listed: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.len(), 4);
+    assert_eq!(listed[0], pid);
+    list.as_array().unwrap().iter().for_each(assert_task_shape);
+    let todo = s.json(&["kanban", "list", "--status", "todo", "--json"]);
+    assert_eq!(todo.as_array().unwrap().len(), 1);
+    let worker = s.json(&["kanban", "ls", "--assignee", "worker", "--json"]);
+    assert_eq!(worker.as_array().unwrap().len(), 1);
+    let text = s.ok(&["kanban", "list"]).stdout;
+    assert_eq!(text.lines().count(), 4, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&cid) && l.contains("todo") && l.contains("child card")),
+        "{text}"
+    );
+
+    let other = s.create("other", &[]);
+    let link = s.json(&["kanban", "link", &other, &pid, "--json"]);
+    assert_eq!(link["already_linked"], false);
+    assert_eq!(
+        s.json(&["kanban", "show", &pid, "--json"])["task"]["status"],
+        "todo"
+    );
+    assert!(s
+        .ok(&["kanban", "link", &other, &pid])
+        .stdout
+        .contains("Already linked"));
+
+    let archived = s.json(&["kanban", "archive", &other, "--json"]);
+    assert_eq!(archived["archived"], serde_json::json!([other]));
+    assert_eq!(archived["promoted"], serde_json::json!([pid]));
+    let visible = s.json(&["kanban", "list", "--json"]);
+    assert!(visible
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["id"] != other.as_str()));
+    let everything = s.json(&["kanban", "list", "--archived", "--json"]);
+    assert_eq!(everything.as_array().unwrap().len(), 5);
+    let other_events = s.json(&["kanban", "show", &other, "--json"])["events"].clone();
+    let kinds: Vec<&str> = other_events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["created", "archived"]);
+}
+
+#[test]
+fn every_command_creates_the_board_on_first_use() {
+    for verb in [
+        &["kanban", "list"][..],
+        &["kanban", "create", "x"],
+        &["kanban", "show", "t_00000000"],
+    ] {
+        let s = Scratch::new();
+        s.run(verb);
+        assert!(s.db().is_file(), "{verb:?} did not create the board");
+    }
+}
+
+#[test]
+fn unknown_ids_exit_one_naming_the_id() {
+    let s = Scratch::new();
+    let known = s.create("known", &[]);
+    for args in [
+        vec!["kanban", "show", "t_nope0000"],
+        vec!["kanban", "show", "t_nope0000", "--json"],
+        vec!["kanban", "link", &known, "t_nope0000"],
+        vec!["kanban", "link", "t_nope0000", &known],
+        vec!["kanban", "archive", &known, "t_nope0000"],
+        vec!["kanban", "create", "orphan", "--parent", "t_nope0000"],
+    ] {
+        let out = s.run(&args);
+        assert_eq!(out.code, Some(1), "{args:?}: {out:?}");
+        assert!(
+            out.stderr
+                .contains("hermes: error: no such task: t_nope0000"),
+            "{args:?}: {out:?}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+    // The failed archive and create wrote nothing.
+    assert_eq!(
+        s.json(&["kanban", "show", &known, "--json"])["task"]["status"],
+        "ready"
+    );
+    assert_eq!(
+        s.json(&["kanban", "list", "--archived", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn bad_arguments_exit_two_with_usage() {
+    let s = Scratch::new();
+    for args in [
+        vec!["kanban"],
+        vec!["kanban", "create"],
+        vec!["kanban", "create", "x", "--priority", "high"],
+        vec!["kanban", "create", "x", "--bogus"],
+        vec!["kanban", "list", "--status", "limbo"],
+        vec!["kanban", "show"],
+        vec!["kanban", "link", "only-one"],
+        vec!["kanban", "archive"],
+        vec!["kanban", "decompose"],
+        vec!["kanban", "frobnicate"],
+        vec!["nonsense"],
+    ] {
+        let out = s.run(&args);
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+        assert!(out.stderr.contains("Usage:"), "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+}
+
+#[test]
+fn cycles_and_self_links_are_refused() {
+    let s = Scratch::new();
+    let a = s.create("a", &[]);
+    let b = s.create("b", &["--parent", &a]);
+    let out = s.run(&["kanban", "link", &b, &a]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("would create a cycle"), "{out:?}");
+    let out = s.run(&["kanban", "link", &a, &a]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("cannot depend on itself"), "{out:?}");
+}
+
+#[test]
+fn blank_titles_and_assignees_are_refused() {
+    let s = Scratch::new();
+    let out = s.run(&["kanban", "create", "   "]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("title cannot be empty"), "{out:?}");
+    let out = s.run(&["kanban", "create", "x", "--assignee", ""]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("assignee cannot be empty"), "{out:?}");
+    assert_eq!(s.json(&["kanban", "list", "--json"]), serde_json::json!([]));
+}
+
+#[test]
+fn a_corrupt_board_is_reported_and_left_byte_for_byte() {
+    let s = Scratch::new();
+    std::fs::create_dir_all(s.hermes_home()).unwrap();
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(s.db(), &garbage).unwrap();
+    for args in [
+        vec!["kanban", "list"],
+        vec!["kanban", "create", "x", "--json"],
+        vec!["kanban", "init"],
+    ] {
+        let out = s.run(&args);
+        assert_eq!(out.code, Some(1), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("is not a readable SQLite database"),
+            "{out:?}"
+        );
+        assert!(out.stderr.contains("left untouched"), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+    assert_eq!(std::fs::read(s.db()).unwrap(), garbage);
+    assert!(!s.hermes_home().join("kanban.db-wal").exists());
+}
+
+#[test]
+fn a_locked_board_fails_within_the_busy_timeout_and_writes_nothing() {
+    let s = Scratch::new();
+    s.ok(&["kanban", "init"]);
+    let holder = Connection::open(s.db()).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let out = s.run(&["kanban", "create", "while locked", "--json"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("database is locked by another writer (waited 5 s)"),
+        "{out:?}"
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(
+        out.elapsed >= Duration::from_millis(4500) && out.elapsed <= Duration::from_millis(6500),
+        "took {:?}",
+        out.elapsed
+    );
+    holder.execute_batch("ROLLBACK").unwrap();
+    drop(holder);
+    assert_eq!(rows(&s.db(), "SELECT count(*) FROM tasks"), 0);
+    assert_eq!(rows(&s.db(), "SELECT count(*) FROM task_events"), 0);
+    s.create("after the lock", &[]);
+}
+
+#[test]
+fn a_bad_config_names_the_key() {
+    let cases = [
+        (
+            "kanban:\n  dispatch_interval_seconds: fast\n",
+            "kanban.dispatch_interval_seconds: expected a number of seconds, got \"fast\"",
+        ),
+        (
+            "kanban:\n  decompose_max_attempts: -1\n",
+            "kanban.decompose_max_attempts: expected a whole number >= 0, got -1",
+        ),
+        (
+            "auxiliary:\n  timeout_seconds: 0\n",
+            "auxiliary.timeout_seconds: expected a finite number of seconds > 0, got 0",
+        ),
+        ("kanban: 3\n", "kanban: expected a mapping of keys, got 3"),
+        ("kanban:\n  auto_decompose: [\n", "invalid YAML"),
+    ];
+    for (yaml, expected) in cases {
+        let s = Scratch::new();
+        s.write_config(yaml);
+        let out = s.run(&["kanban", "list", "--json"]);
+        assert_eq!(out.code, Some(1), "{yaml:?}: {out:?}");
+        assert!(out.stderr.contains("config.yaml"), "{yaml:?}: {out:?}");
+        assert!(out.stderr.contains(expected), "{yaml:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{yaml:?}: {out:?}");
+    }
+}
+
+#[test]
+fn unknown_config_keys_are_fine() {
+    let s = Scratch::new();
+    s.write_config(
+        "model:\n  provider: custom\n  base_url: http://127.0.0.1:9/v1\n  default: fake\n\
+         updates:\n  check: false\nkanban:\n  dispatch_in_gateway: false\n  something_new: 1\n",
+    );
+    s.create("fine", &[]);
+}
+
+#[test]
+fn hostile_titles_round_trip_exactly() {
+    let s = Scratch::new();
+    for title in [
+        "it's a \"quoted\" title",
+        "line one\nline two\n\ttabbed",
+        "emoji 🚀🔥 and ünïcödé 中文",
+        "'); DROP TABLE tasks; --",
+        "%_ LIKE \\ wildcards; SELECT * FROM task_events",
+        "  leading and trailing spaces  ",
+        "\u{1b}[31mred\u{1b}[0m",
+    ] {
+        let body = format!("body of {title}");
+        let created = s.json(&["kanban", "create", title, "--body", &body, "--json"]);
+        assert_eq!(created["title"], title);
+        let shown = s.json(&["kanban", "show", created["id"].as_str().unwrap(), "--json"]);
+        assert_eq!(shown["task"]["title"], title);
+        assert_eq!(shown["task"]["body"], body.as_str());
+    }
+    let listed = s.json(&["kanban", "list", "--json"]);
+    assert_eq!(listed.as_array().unwrap().len(), 7);
+    // Text output keeps one card per line whatever the title holds.
+    assert_eq!(s.ok(&["kanban", "list"]).stdout.lines().count(), 7);
+}
+
+#[test]
+fn no_home_at_all_is_a_clear_error() {
+    let s = Scratch::new();
+    let mut cmd = s.command(&["kanban", "list"]);
+    cmd.env_remove("HOME").env_remove("HERMES_HOME");
+    let out = run_command(cmd, common::CALL_TIMEOUT);
+    common::assert_no_panic(&out);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("neither HERMES_HOME nor HOME is set"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn hermes_home_defaults_to_dot_hermes_under_home() {
+    let s = Scratch::new();
+    let mut cmd = s.command(&["kanban", "init"]);
+    cmd.env_remove("HERMES_HOME");
+    let out = run_command(cmd, common::CALL_TIMEOUT);
+    assert!(out.success(), "{out:?}");
+    assert!(s.home().join(".hermes/kanban.db").is_file());
+}
+
+#[test]
+fn concurrent_first_use_of_a_fresh_board_loses_no_card() {
+    let s = Scratch::new();
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let mut cmd = s.command(&[
+                "kanban",
+                "create",
+                &format!("racer {i}"),
+                "--triage",
+                "--json",
+            ]);
+            cmd.stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().expect("spawning hermes")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("waiting for hermes");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+    }
+    assert_eq!(rows(&s.db(), "SELECT count(*) FROM tasks"), 8);
+    assert_eq!(
+        rows(&s.db(), "SELECT count(*) FROM hermes_decompose_state"),
+        8
+    );
+}

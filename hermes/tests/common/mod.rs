@@ -1,0 +1,204 @@
+//! Shared plumbing for the binary's integration tests: a scratch home with a clean
+//! environment, and a runner that captures output and never waits forever.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long any single CLI call may take before the test gives up on it.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What one process run produced.
+#[derive(Debug)]
+pub struct Out {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Out {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Stdout parsed as exactly one JSON document (nothing else may be printed there).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{}", self.stdout))
+    }
+}
+
+/// Removes everything from the inherited environment that could point a test at a real board
+/// or a real provider.
+pub fn scrub(cmd: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if key.starts_with("HERMES_") || key.ends_with("_API_KEY") || key.ends_with("_TOKEN") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env_remove("HOME");
+}
+
+/// Runs `cmd` to completion with a deadline, capturing stdout and stderr.
+pub fn run_command(mut cmd: Command, timeout: Duration) -> Out {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    let mut stdout_pipe = child.stdout.take().expect("stdout is piped");
+    let mut stderr_pipe = child.stderr.take().expect("stderr is piped");
+    let stdout_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stdout_pipe.read_to_end(&mut s);
+        s
+    });
+    let stderr_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stderr_pipe.read_to_end(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the child") {
+            break status;
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let elapsed = started.elapsed();
+    let stdout =
+        String::from_utf8_lossy(&stdout_reader.join().expect("stdout reader")).into_owned();
+    let stderr =
+        String::from_utf8_lossy(&stderr_reader.join().expect("stderr reader")).into_owned();
+    Out {
+        code: status.code(),
+        stdout,
+        stderr,
+        elapsed,
+    }
+}
+
+/// A throw-away `HOME` with `HERMES_HOME=<home>/.hermes`.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch {
+            dir: tempfile::tempdir().expect("a temp dir"),
+        }
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    pub fn hermes_home(&self) -> PathBuf {
+        self.home().join(".hermes")
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.hermes_home().join("kanban.db")
+    }
+
+    pub fn write_config(&self, yaml: &str) {
+        std::fs::create_dir_all(self.hermes_home()).expect("creating HERMES_HOME");
+        std::fs::write(self.hermes_home().join("config.yaml"), yaml).expect("writing config.yaml");
+    }
+
+    /// The `hermes` binary under test with the scratch environment.
+    pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hermes"));
+        scrub(&mut cmd);
+        cmd.args(args)
+            .current_dir(self.dir.path())
+            .env("HOME", self.home())
+            .env("HERMES_HOME", self.hermes_home())
+            .env("HERMES_GATEWAY_LOCK_DIR", self.dir.path().join("gw-locks"))
+            .env("NO_COLOR", "1")
+            .env("TERM", "dumb");
+        cmd
+    }
+
+    /// Runs `hermes ARGS`, checking the output never carries a panic report.
+    pub fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> Out {
+        let out = run_command(self.command(args), CALL_TIMEOUT);
+        assert_no_panic(&out);
+        out
+    }
+
+    /// Runs `hermes ARGS` and requires exit 0.
+    pub fn ok<S: AsRef<OsStr>>(&self, args: &[S]) -> Out {
+        let out = self.run(args);
+        assert!(
+            out.success(),
+            "hermes {:?} failed: {out:#?}",
+            args.iter()
+                .map(|a| a.as_ref().to_owned())
+                .collect::<Vec<_>>()
+        );
+        out
+    }
+
+    /// Runs `hermes ARGS` (which must include `--json`), requires exit 0, returns the JSON.
+    pub fn json<S: AsRef<OsStr>>(&self, args: &[S]) -> Value {
+        self.ok(args).json()
+    }
+
+    /// Creates a card and returns its id.
+    pub fn create(&self, title: &str, extra: &[&str]) -> String {
+        let mut args = vec!["kanban", "create", title, "--json"];
+        args.extend_from_slice(extra);
+        let v = self.json(&args);
+        v["id"].as_str().expect("created card has an id").to_owned()
+    }
+}
+
+pub fn assert_no_panic(out: &Out) {
+    for marker in ["panicked", "RUST_BACKTRACE", "stack backtrace"] {
+        assert!(
+            !out.stderr.contains(marker),
+            "stderr shows a panic ({marker}):\n{}",
+            out.stderr
+        );
+    }
+}
+
+/// A board written by upstream hermes-agent 0.19.0's own CLI (its README lists every row),
+/// kept with the tests so they need neither upstream nor anything outside the repository.
+pub fn shared_board_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/upstream-0.19.0-board")
+}
+
+/// Copies the shared upstream board (and its WAL sidecars) into `dest_dir`, writable.
+pub fn copy_upstream_board(dest_dir: &Path) {
+    std::fs::create_dir_all(dest_dir).expect("creating the board dir");
+    let src = shared_board_dir();
+    for name in ["kanban.db", "kanban.db-wal", "kanban.db-shm"] {
+        let from = src.join(name);
+        if !from.exists() {
+            continue;
+        }
+        let to = dest_dir.join(name);
+        std::fs::copy(&from, &to).expect("copying the shared board");
+        let mut perms = std::fs::metadata(&to).expect("stat").permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&to, perms).expect("making the copy writable");
+    }
+}
