@@ -52,7 +52,8 @@ fn fresh_card_is_decomposed_although_failing_cards_came_first() {
                 format!(
                     "fresh card still in triage after {FAIRNESS_TICKS} tick probes were \
                      attempted (billed {fresh_bills}) while {SLOTS_PER_TICK} poison cards were \
-                     billed {poison_bills:?} times (auto_decompose_per_tick {SLOTS_PER_TICK})"
+                     billed {poison_bills:?} times (auto_decompose_per_tick {SLOTS_PER_TICK}; \
+                     bound: out of triage within {FAIRNESS_TICKS} proven ticks)"
                 ),
             ));
         }
@@ -63,7 +64,7 @@ fn fresh_card_is_decomposed_although_failing_cards_came_first() {
         assert_eq!(
             fresh_bills,
             1,
-            "the fresh card is decomposed with one call\n{}",
+            "the fresh card is decomposed with one call (bound 1)\n{}",
             board.diag(&fresh)
         );
     }

@@ -44,7 +44,7 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown() {
     assert_eq!(
         bills,
         1,
-        "a call still in flight is never sent a second time\n{}",
+        "a call still in flight is never sent a second time (bound 1)\n{}",
         board.diag(&hung)
     );
     assert_no_graph(&board, &hung);

@@ -60,7 +60,12 @@ fn human_holds_are_never_auto_decomposed_while_a_fresh_card_is(
     drop(gateway);
     observe::record("bills_for_held_cards", held_bills.iter().sum(), Some(0));
 
-    assert_eq!(aux.billed_for(&fresh), 1, "{}", board.diag(&fresh));
+    assert_eq!(
+        aux.billed_for(&fresh),
+        1,
+        "the fresh card beside the holds is decomposed with one call (bound 1)\n{}",
+        board.diag(&fresh)
+    );
     known_gate("human_holds_auto_decomposed", || {
         let broken: Vec<String> = holds
             .iter()

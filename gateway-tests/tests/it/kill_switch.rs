@@ -53,7 +53,7 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(GATEWAY_CONFIG)] board
     assert_eq!(
         bills_while_off,
         0,
-        "paid calls while kanban.auto_decompose was false, billed for {:?}",
+        "paid calls while kanban.auto_decompose was false (bound 0), billed for {:?}",
         &aux.billed_ids()[bills_at_flip..]
     );
     assert!(
@@ -65,7 +65,7 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(GATEWAY_CONFIG)] board
         assert_eq!(
             aux.billed_for(card),
             1,
-            "one call per card once the switch is back on\n{}",
+            "one call per card once the switch is back on (bound 1)\n{}",
             board.diag(card)
         );
     }

@@ -143,7 +143,7 @@ fn sigkill_while_a_graph_is_written_leaves_all_children_or_none() {
     assert!(
         nothing || everything,
         "SIGKILL left a partial graph: {} of {BIG_GRAPH} children linked, {rows} task rows, \
-         root status={status}, {decomposed} decomposed events\n{}",
+         root status={status}, {decomposed} decomposed events (bound: all or none)\n{}",
         children.len(),
         board.diag(&root)
     );
@@ -159,7 +159,7 @@ fn sigkill_while_a_graph_is_written_leaves_all_children_or_none() {
         assert_eq!(
             bills,
             1,
-            "a written graph is never paid for again\n{}",
+            "a written graph is never paid for again (bound 1)\n{}",
             board.diag(&root)
         );
     }

@@ -78,6 +78,6 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     assert_eq!(
         bills,
         vec![1; CONTESTED_CARDS],
-        "each contested card billed once, by one dispatcher"
+        "each contested card billed once, by one dispatcher (bound 1 per card)"
     );
 }
