@@ -1,1 +1,35 @@
-//! placeholder
+//! Billing bounds of auto-decompose, proven through a real `gateway run` process.
+//!
+//! Every test arranges a board and the fake provider's replies, runs the target's gateway, proves
+//! that dispatcher ticks happened (probe cards decomposed one after another), and then asserts on
+//! what the provider billed and on the rows in `kanban.db`. Verdicts never come from log wording.
+//!
+//! One file per concern; `support` holds the plumbing the tests share. Tests of features only the
+//! reference has live in `reference_only`, which the `external` nextest profile leaves out.
+
+mod fairness;
+mod faults;
+mod hang;
+mod holds;
+mod kill_switch;
+mod provider_wide;
+mod reference_only;
+mod restarts;
+mod seed;
+mod singleton;
+mod support;
+
+/// K: dispatcher ticks proven to have run while a card that cannot be decomposed sits in triage.
+pub const PROBE_TICKS: usize = 6;
+
+/// A generous bound on the bills of one never-decomposable card over [`PROBE_TICKS`] ticks (and
+/// the reference's default `kanban.decompose_max_attempts`).
+pub const MAX_FAILED_ATTEMPTS: usize = 3;
+
+/// The reference's default `kanban.decompose_max_children`: a fan-out with more children is
+/// rejected whole.
+pub const MAX_CHILDREN: usize = 8;
+
+/// How many paid calls a provider-wide refusal (401/402/403/429) may cost, however many cards
+/// are waiting: the one call that discovered it.
+pub const PROVIDER_FAULT_BOUND: usize = 1;

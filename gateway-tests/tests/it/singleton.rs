@@ -1,0 +1,83 @@
+//! Only one gateway dispatches a board: a second one on the same board is refused at once and
+//! bills nothing, so no card is paid for twice.
+
+use std::time::Duration;
+
+use fixtures::observe;
+use fixtures::prelude::*;
+use rstest::rstest;
+
+use crate::support::{await_left_triage, start_gateway, STOP_GRACE};
+
+/// Cards created while the second gateway starts.
+const CONTESTED_CARDS: usize = 3;
+
+/// How many of the target's ticks each contested card's call takes: long enough for a second
+/// dispatcher to find the card still in triage and pay for it again.
+const SLOW_CALL_TICKS: u32 = 3;
+
+#[rstest]
+fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
+    #[with(GATEWAY_CONFIG)] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    let first = start_gateway(&board);
+    prove_ticks(&board, &first, 1);
+
+    // A refused gateway never reports readiness, so none is awaited; its own log keeps its
+    // output apart from the first one's.
+    let mut second_spec = board
+        .gateway_spec()
+        .readiness(Readiness::Immediate, Duration::ZERO)
+        .stop_grace(STOP_GRACE);
+    second_spec.log = board.root().join("second-gateway.log");
+    let second = Gateway::spawn(second_spec);
+    let slow_call = target.tick_interval() * SLOW_CALL_TICKS;
+    let contested: Vec<String> = (0..CONTESTED_CARDS)
+        .map(|i| {
+            let card = board.create(&format!("contested idea {i}"), &["--triage"]);
+            aux.reply(&card, Reply::default_single().delayed(slow_call));
+            card
+        })
+        .collect();
+    let refused = try_wait_until(
+        || !second.running(),
+        target.readiness_timeout(),
+        "the second gateway to exit",
+    );
+    await_left_triage(
+        &board,
+        &first,
+        &contested,
+        target.first_bill_timeout(),
+        "the contested cards decomposed by the first gateway",
+    );
+    prove_ticks(&board, &first, 1);
+    let second_exit = second.exit();
+    let second_log = second.log();
+    drop(second);
+    drop(first);
+    let bills: Vec<usize> = contested.iter().map(|card| aux.billed_for(card)).collect();
+    observe::record(
+        "bills_per_contested_card_max",
+        bills.iter().copied().max().unwrap_or(0),
+        Some(1),
+    );
+
+    assert!(
+        refused.is_ok(),
+        "the second gateway on the same board kept running for {:?}\n{second_log}",
+        target.readiness_timeout()
+    );
+    let exit = second_exit.map(|exit| (exit.code, exit.signal));
+    assert!(
+        matches!(exit, Some((Some(code), None)) if code != 0),
+        "the second gateway must exit with a non-zero code of its own, got {exit:?}\n{second_log}"
+    );
+    assert_eq!(
+        bills,
+        vec![1; CONTESTED_CARDS],
+        "each contested card billed once, by one dispatcher (bound 1 per card)"
+    );
+}
