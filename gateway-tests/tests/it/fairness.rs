@@ -4,9 +4,7 @@ use fixtures::observe;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{
-    await_first_bill, blocked_probe_timeout, gateway_config, start_gateway, try_prove_ticks_within,
-};
+use crate::support::{await_first_bill, blocked_probe_timeout, gateway_config, start_gateway};
 
 /// `kanban.auto_decompose_per_tick` here: exactly as many slots as there are poison cards.
 const SLOTS_PER_TICK: usize = 2;

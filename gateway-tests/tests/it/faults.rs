@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::support::{
     assert_no_graph, await_first_bill, blocked_probe_timeout, gateway_config, rebilled_every_tick,
-    start_gateway, try_prove_ticks_within,
+    start_gateway,
 };
 use crate::{MAX_CHILDREN, MAX_FAILED_ATTEMPTS, PROBE_TICKS};
 

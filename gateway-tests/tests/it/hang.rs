@@ -9,7 +9,7 @@ use rstest::rstest;
 
 use crate::support::{
     assert_no_graph, await_first_bill, blocked_probe_timeout, gateway_config, start_gateway,
-    try_prove_ticks_within, STOP_GRACE,
+    STOP_GRACE,
 };
 use crate::PROBE_TICKS;
 

@@ -138,50 +138,6 @@ pub fn blocked_probe_timeout(target: &Target) -> Duration {
     }
 }
 
-/// Proves `k` further dispatcher ticks like [`prove_ticks`], each probe allowed `timeout` to leave
-/// triage.
-///
-/// # Panics
-/// Only when creating a probe card fails (the CLI itself is broken).
-pub fn try_prove_ticks_within(
-    board: &Board,
-    gateway: &Gateway,
-    k: usize,
-    timeout: Duration,
-) -> Result<Vec<String>, TickError> {
-    let mut probes = Vec::with_capacity(k);
-    for probe in 0..k {
-        let probe_id = board.create(&format!("tick probe {probe}"), &["--triage"]);
-        let left_triage = try_wait_until(
-            || {
-                !gateway.running()
-                    || board
-                        .try_task(&probe_id)
-                        .is_some_and(|task| task.status != "triage")
-            },
-            timeout,
-            format!("tick probe {probe} auto-decomposed by the gateway dispatcher"),
-        );
-        if let Some(exit) = gateway.exit() {
-            return Err(TickError::GatewayExited {
-                probe,
-                exit: exit.to_string(),
-                tail: gateway.tail(),
-            });
-        }
-        if let Err(timeout) = left_triage {
-            return Err(TickError::Stuck {
-                probe,
-                probe_id,
-                waited: timeout.waited,
-                tail: gateway.tail(),
-            });
-        }
-        probes.push(probe_id);
-    }
-    Ok(probes)
-}
-
 /// The wall-clock span of `ticks` dispatcher ticks of `target`, plus one for a tick in progress.
 ///
 /// Used only where probes cannot prove ticks because nothing may be decomposed at all (the kill
