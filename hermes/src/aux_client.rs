@@ -533,7 +533,8 @@ fn parse_usage(usage: &Value) -> Usage {
     }
 }
 
-fn json_kind(value: &Value) -> &'static str {
+/// What kind of JSON value this is, for error messages ("got a number").
+pub(crate) fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

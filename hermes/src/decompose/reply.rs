@@ -9,6 +9,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::plan::{ChildSpec, Plan};
+use crate::aux_client::json_kind;
 
 /// Titles longer than this many characters are cut (a card title is one line, not a document).
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -531,15 +532,4 @@ fn normalize_assignee(assignee: Option<&Value>, limits: &GraphLimits<'_>) -> Str
         .filter(|name| !name.is_empty() && limits.roster.iter().any(|known| known == name))
         .unwrap_or(limits.default_assignee)
         .to_owned()
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
