@@ -28,7 +28,7 @@ use crate::decompose::attempt::{
     run_attempt, AttemptContext, AttemptError, AttemptOutcome, BoardHandle, Refused,
 };
 use crate::decompose::roster;
-use crate::store::{now_ms, AutoGate, Origin, Store};
+use crate::store::{now_ms, AutoGate, BeginRefusal, Origin, Store};
 
 /// How long SIGTERM waits for attempts in flight before the process exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
@@ -377,6 +377,19 @@ impl Dispatcher {
         }
         let outcome = match result {
             Ok(Ok(outcome)) => outcome,
+            Ok(Err(Refused {
+                refusal: BeginRefusal::Parked { attempts },
+                ..
+            })) => {
+                // The due query never offers a parked card, so this card's budget was spent
+                // by an attempt that never finished (a crash mid-call); it was parked just now.
+                warn!(
+                    card = %task_id,
+                    "parked after {attempts} attempts (the last one never finished); run \
+                     `hermes kanban decompose {task_id}` to try again by hand"
+                );
+                return;
+            }
             Ok(Err(refused)) => {
                 debug!(card = %task_id, "not attempted: {}", refused.outcome.reason);
                 return;
