@@ -4,14 +4,17 @@
 //!   incremental form every tick uses), `auto_gate` and `due_cards(now, 3, ∅)` — on boards of
 //!   1k, 10k and 100k cards with 10 % in triage, half of those in backoff. It must not grow with
 //!   the board (the due-card query walks an index and stops at its limit).
-//! - `fanout_apply/<children>`: the apply transaction of an 8- and a 64-child fan-out (children,
-//!   links, events, root update, promotion) on a 10k-card board.
-//! - `ledger/record_one_row`: opening and closing one ledger row (two transactions), on the same
-//!   board.
+//! - `fanout_apply/<board>/<children>`: the apply transaction of an 8- and a 64-child fan-out
+//!   (children, links, events, root update, promotion) on a 10k-card board, and of the 8-child
+//!   one on a 100k-card board, to show how it scales.
+//! - `ledger/record_one_row`: opening and closing one ledger row (two transactions), on the
+//!   10k-card board.
 //!
 //! Boards live under cargo's bench scratch directory (the build's own disk, as a user's board
-//! would) and are written once per size; see `board.rs` for their shape. Every write commits
-//! with `synchronous=FULL`, as the store always does, so write figures include the fsyncs.
+//! would) and are written once per size; see `board.rs` for their shape. The write benchmarks
+//! reuse the tick boards (ticks write nothing) and remove what they add after each iteration,
+//! so every iteration sees the same board. Every write commits with `synchronous=FULL`, as the
+//! store always does, so write figures include the fsyncs.
 
 mod board;
 
@@ -34,8 +37,11 @@ use board::{build, remove_cards, BenchBoard, CALLS_PER_HOUR};
 /// Board sizes for the tick benchmark.
 const TICK_SIZES: [usize; 3] = [1_000, 10_000, 100_000];
 
-/// Size of the board the write benchmarks run on.
-const WRITE_BOARD_SIZE: usize = 10_000;
+/// The fan-outs measured, as (board size, children).
+const FANOUTS: [(usize, usize); 3] = [(10_000, 8), (10_000, 64), (100_000, 8)];
+
+/// Size of the board the ledger benchmark runs on.
+const LEDGER_BOARD_SIZE: usize = 10_000;
 
 /// Cards the dispatcher asks for per tick (the default `kanban.auto_decompose_per_tick`).
 const PER_TICK: usize = 3;
@@ -60,12 +66,15 @@ fn run(criterion: &mut Criterion) -> anyhow::Result<()> {
     // One clock reading for the whole run: backoff deadlines stay in the future however long
     // the benchmarks take, so every tick sees the same due set.
     let now = now_ms();
-    tick_selection(criterion, scratch.path(), now)?;
-    let write_dir = scratch.path().join("writes");
-    std::fs::create_dir_all(&write_dir).context("creating the write board's directory")?;
-    let board = build(&write_dir, WRITE_BOARD_SIZE, now)?;
-    fanout_apply(criterion, &board)?;
-    ledger_row(criterion, &board)?;
+    let boards = tick_selection(criterion, scratch.path(), now)?;
+    let board_of = |size: usize| {
+        boards
+            .iter()
+            .find(|board| board.census.tasks == size)
+            .with_context(|| format!("no {size}-card board was built"))
+    };
+    fanout_apply(criterion, &board_of)?;
+    ledger_row(criterion, board_of(LEDGER_BOARD_SIZE)?)?;
     Ok(())
 }
 
@@ -80,13 +89,20 @@ fn tick(store: &mut Store, now: i64, exclude: &HashSet<String>) -> Result<Vec<St
     }
 }
 
-fn tick_selection(criterion: &mut Criterion, scratch: &Path, now: i64) -> anyhow::Result<()> {
+/// Builds the boards, times a tick on each, and hands the boards on.
+fn tick_selection(
+    criterion: &mut Criterion,
+    scratch: &Path,
+    now: i64,
+) -> anyhow::Result<Vec<BenchBoard>> {
     let mut group = criterion.benchmark_group("tick_selection");
+    let mut boards = Vec::new();
     for size in TICK_SIZES {
         let dir = scratch.join(format!("tick-{size}"));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let BenchBoard { path, census } = build(&dir, size, now)?;
-        let mut store = Store::open(&path).context("opening the tick board")?;
+        let board = build(&dir, size, now)?;
+        let (path, census) = (&board.path, board.census);
+        let mut store = Store::open(path).context("opening the tick board")?;
         // The gateway's start-up sync; ticks after it only look at newer cards.
         store.sync_decompose_state(now, true)?;
         let exclude = HashSet::new();
@@ -96,7 +112,7 @@ fn tick_selection(criterion: &mut Criterion, scratch: &Path, now: i64) -> anyhow
             "a tick on the {size}-card board picked {picked:?}; the board has {} due cards",
             census.triage_due
         );
-        verify_due(&path, &picked, now)?;
+        verify_due(path, &picked, now)?;
 
         let failure = Failure::default();
         group.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, _| {
@@ -110,9 +126,10 @@ fn tick_selection(criterion: &mut Criterion, scratch: &Path, now: i64) -> anyhow
             })
         });
         failure.into_result()?;
+        boards.push(board);
     }
     group.finish();
-    Ok(())
+    Ok(boards)
 }
 
 /// Checks that the cards a tick picked are due triage cards, so the benchmark times a selection
@@ -155,17 +172,23 @@ fn fanout_plan(children: usize) -> Plan {
     }
 }
 
-fn fanout_apply(criterion: &mut Criterion, board: &BenchBoard) -> anyhow::Result<()> {
-    let store = RefCell::new(Store::open(&board.path).context("opening the write board")?);
-    let mut cleaner = Connection::open(&board.path).context("opening the board for clean-up")?;
+fn fanout_apply<'a>(
+    criterion: &mut Criterion,
+    board_of: &dyn Fn(usize) -> anyhow::Result<&'a BenchBoard>,
+) -> anyhow::Result<()> {
     let mut group = criterion.benchmark_group("fanout_apply");
     group.sample_size(20);
-    for children in [8usize, 64] {
+    for (size, children) in FANOUTS {
+        let board = board_of(size)?;
+        let store = RefCell::new(Store::open(&board.path).context("opening the board")?);
+        let mut cleaner =
+            Connection::open(&board.path).context("opening the board for clean-up")?;
         let plan = fanout_plan(children);
         // The previous iteration's root and children, removed before the next one begins.
         let leftovers: RefCell<Vec<String>> = RefCell::new(Vec::new());
         let failure = Failure::default();
-        group.bench_with_input(BenchmarkId::from_parameter(children), &children, |b, _| {
+        let id = BenchmarkId::new(format!("{}k", size / 1000), children);
+        group.bench_with_input(id, &children, |b, _| {
             b.iter_batched(
                 || {
                     fresh_root(&store, &mut cleaner, &leftovers)
@@ -245,7 +268,7 @@ fn fresh_root(
 }
 
 fn ledger_row(criterion: &mut Criterion, board: &BenchBoard) -> anyhow::Result<()> {
-    let store = RefCell::new(Store::open(&board.path).context("opening the write board")?);
+    let store = RefCell::new(Store::open(&board.path).context("opening the board")?);
     let cleaner = Connection::open(&board.path).context("opening the board for clean-up")?;
     let task_id = board::task_id(0);
     let mut group = criterion.benchmark_group("ledger");
