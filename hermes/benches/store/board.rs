@@ -7,12 +7,12 @@
 //!
 //! | share | status | decompose state |
 //! |---|---|---|
-//! | 5 % | triage | due now (never attempted, or its backoff is over) |
+//! | 5 % | triage | due now (never attempted) |
 //! | 5 % | triage | in backoff: 1–2 failed attempts, due 1–60 min from now |
 //! | 20 % | todo | waits for a ready card of its group (a link) |
 //! | 20 % | ready | — |
 //! | 10 % | running | `started_at` set |
-//! | 30 % | done | a third were decomposed once (`due_at_ms` NULL) |
+//! | 30 % | done | one in nine was decomposed once (a closed row: `due_at_ms` NULL) |
 //! | 10 % | archived | — |
 //!
 //! Every card has its `created` event. The ledger holds one row per failed attempt; at most
