@@ -215,8 +215,12 @@ impl Store {
         self.read(|conn| {
             let mut stmt = conn
                 .prepare_cached(
+                    // CROSS JOIN pins the due index as the outer loop. Given the choice (and no
+                    // ANALYZE statistics), SQLite starts from idx_tasks_status instead, reads
+                    // every triage card and sorts them all: 7 ms a tick at 100k cards, growing
+                    // with the board. This way it stops after `limit` rows.
                     "SELECT s.task_id FROM hermes_decompose_state s
-                     JOIN tasks t ON t.id = s.task_id
+                     CROSS JOIN tasks t ON t.id = s.task_id
                      WHERE s.due_at_ms IS NOT NULL AND s.due_at_ms <= ?1
                        AND s.parked_at_ms IS NULL AND s.opt_out = 0
                        AND t.status = 'triage' AND t.started_at IS NULL
