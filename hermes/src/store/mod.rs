@@ -544,11 +544,15 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        if schema::pending_statements(&self.conn)?.is_empty() {
+        // The common case, every open after the first: one pragma and one row, instead of
+        // reading every table's columns.
+        if schema::known_current(&self.conn)? {
             return Ok(());
         }
-        // Plan again under the write lock: another process may have migrated meanwhile.
-        self.write(|tx| schema::apply(tx).map(|_| ()))
+        // Plan again under the write lock: another process may have migrated meanwhile. A
+        // complete schema is marked too (one small write, once per schema change).
+        let now = crate::clock::now_ms();
+        self.write(|tx| schema::apply(tx, now).map(|_| ()))
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction: committed when `f` succeeds, rolled back

@@ -300,6 +300,59 @@ impl Column {
     }
 }
 
+/// Where a board remembers that its schema was found complete, so that later opens can skip
+/// the column-by-column check: the value is `<schema cookie>:<fingerprint of our definition>`.
+/// SQLite bumps the cookie on every schema change (ours, or another tool's `ALTER TABLE`), and a
+/// new definition here changes the fingerprint, so either one sends the next open back to the
+/// full check.
+const CHECKED_KEY: &str = "schema_checked";
+
+/// Whether the schema was already found complete at its current cookie by this definition.
+pub(crate) fn known_current(conn: &Connection) -> Result<bool, StoreError> {
+    let marker: Option<String> = match conn.query_row(
+        "SELECT value FROM hermes_board_state WHERE key = ?1",
+        [CHECKED_KEY],
+        |r| r.get(0),
+    ) {
+        Ok(value) => value,
+        // No such table (a board written by another tool) or no marker yet.
+        Err(_) => return Ok(false),
+    };
+    Ok(marker.as_deref() == Some(checked_marker(conn)?.as_str()))
+}
+
+/// Records, inside the caller's write transaction, that the schema is now complete.
+pub(crate) fn mark_current(conn: &Connection, now_ms: i64) -> Result<(), StoreError> {
+    let marker = checked_marker(conn)?;
+    conn.execute(
+        "INSERT INTO hermes_board_state (key, value, updated_at_ms) VALUES (?1, ?2, ?3)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
+        rusqlite::params![CHECKED_KEY, marker, now_ms],
+    )
+    .sql("recording the schema check")?;
+    Ok(())
+}
+
+fn checked_marker(conn: &Connection) -> Result<String, StoreError> {
+    let cookie: i64 = conn
+        .query_row("PRAGMA schema_version", [], |r| r.get(0))
+        .sql("reading the schema version")?;
+    Ok(format!("{cookie}:{:016x}", definition_fingerprint()))
+}
+
+/// FNV-1a over every statement of our schema definition.
+fn definition_fingerprint() -> u64 {
+    let sql = TABLES
+        .iter()
+        .map(Table::create_sql)
+        .chain(INDEXES.iter().map(Index::create_sql));
+    sql.fold(0xcbf2_9ce4_8422_2325, |hash, statement| {
+        statement.bytes().fold(hash, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    })
+}
+
 /// The statements that bring `conn`'s schema up to date, in a safe order: missing tables,
 /// then missing columns of existing tables, then missing indexes. Empty when nothing is
 /// missing, so a current board is opened without taking a write lock.
@@ -357,12 +410,14 @@ fn existing_columns(conn: &Connection, table: &str) -> Result<Vec<String>, Store
     Ok(names)
 }
 
-/// Runs [`pending_statements`] inside the caller's write transaction.
-pub(crate) fn apply(conn: &Connection) -> Result<usize, StoreError> {
+/// Runs [`pending_statements`] inside the caller's write transaction, then marks the schema
+/// current.
+pub(crate) fn apply(conn: &Connection, now_ms: i64) -> Result<usize, StoreError> {
     let statements = pending_statements(conn)?;
     for sql in &statements {
         conn.execute_batch(sql)
             .sql(format!("updating the schema ({sql})"))?;
     }
+    mark_current(conn, now_ms)?;
     Ok(statements.len())
 }
