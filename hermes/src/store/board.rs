@@ -219,14 +219,25 @@ pub(crate) fn link_with_event(
     Ok(true)
 }
 
-/// Moves every `todo` card whose parents are all closed (`done`/`archived`, or gone) to
-/// `ready`, with a `promoted` event each. Returns the promoted ids, oldest first.
-pub(crate) fn promote_ready(tx: &Transaction<'_>) -> Result<Vec<String>, StoreError> {
+/// Moves each of `candidates` that is `todo` and whose parents are all closed (`done`/`archived`,
+/// or gone) to `ready`, with a `promoted` event each. Returns the promoted ids, oldest first.
+///
+/// Only the cards a change can have freed are candidates (a decomposition's children, an
+/// archived card's children), so the cost follows the change, not the size of the board.
+pub(crate) fn promote_ready(
+    tx: &Transaction<'_>,
+    candidates: &[String],
+) -> Result<Vec<String>, StoreError> {
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list = serde_json::to_string(candidates).map_err(|e| StoreError::Invalid(e.to_string()))?;
     let ids: Vec<String> = {
         let mut stmt = tx
             .prepare(
                 "SELECT t.id FROM tasks t
-                 WHERE t.status = 'todo'
+                 WHERE t.id IN (SELECT value FROM json_each(?1))
+                   AND t.status = 'todo'
                    AND NOT EXISTS (
                        SELECT 1 FROM task_links l JOIN tasks p ON p.id = l.parent_id
                        WHERE l.child_id = t.id AND p.status NOT IN ('done', 'archived'))
@@ -234,7 +245,7 @@ pub(crate) fn promote_ready(tx: &Transaction<'_>) -> Result<Vec<String>, StoreEr
             )
             .sql("finding cards to promote")?;
         let rows = stmt
-            .query_map([], |r| r.get(0))
+            .query_map([list], |r| r.get(0))
             .sql("finding cards to promote")?;
         rows.collect::<Result<_, _>>()
             .sql("finding cards to promote")?
@@ -327,6 +338,19 @@ pub(crate) fn create_task(tx: &Transaction<'_>, new: &NewTask) -> Result<String,
     Ok(id)
 }
 
+/// The cards that wait for any of `parents`.
+fn children_of_cards(conn: &Connection, parents: &[String]) -> Result<Vec<String>, StoreError> {
+    let mut children = Vec::new();
+    for parent in parents {
+        for child in child_ids(conn, parent)? {
+            if !children.contains(&child) {
+                children.push(child);
+            }
+        }
+    }
+    Ok(children)
+}
+
 /// `kanban archive` in the caller's transaction.
 pub(crate) fn archive(tx: &Transaction<'_>, ids: &[String]) -> Result<ArchiveReport, StoreError> {
     let mut report = ArchiveReport::default();
@@ -380,7 +404,8 @@ pub(crate) fn archive(tx: &Transaction<'_>, ids: &[String]) -> Result<ArchiveRep
         add_event_in_run(tx, id, open_run, "archived", None)?;
         report.archived.push(id.clone());
     }
-    report.promoted = promote_ready(tx)?;
+    let children = children_of_cards(tx, &report.archived)?;
+    report.promoted = promote_ready(tx, &children)?;
     Ok(report)
 }
 

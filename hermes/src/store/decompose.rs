@@ -536,7 +536,12 @@ fn apply_plan(
         )?,
     };
     if opts.auto_promote {
-        promote_ready(tx)?;
+        // The only cards this transaction can have freed: the new children, or the card itself.
+        let freed = match &result {
+            ApplyResult::Fanout { child_ids } => child_ids.clone(),
+            _ => vec![task_id.to_owned()],
+        };
+        promote_ready(tx, &freed)?;
     }
     Ok(result)
 }

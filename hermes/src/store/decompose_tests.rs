@@ -860,6 +860,37 @@ fn without_auto_promote_children_stay_todo() {
     assert_eq!(kinds(&store, &child_ids[0]), ["created"]);
 }
 
+/// Promotion follows the change, not the board: a stale `todo` card elsewhere (written by another
+/// tool and never promoted) is not this transaction's business, and walking every `todo` card
+/// made each apply cost time in proportion to the board.
+#[test]
+fn a_fanout_promotes_only_the_cards_it_freed() {
+    let (_dir, mut store) = scratch();
+    let root = triage_card(&mut store, "root");
+    other_process(&store)
+        .execute(
+            "INSERT INTO tasks (id, title, status, created_at) VALUES ('t_0000beef', 'stale', 'todo', 1)",
+            [],
+        )
+        .unwrap();
+    let plan = Plan::Fanout {
+        rationale: String::new(),
+        children: vec![
+            child("first", "default", &[]),
+            child("second", "default", &[0]),
+        ],
+    };
+    let ApplyResult::Fanout { child_ids } =
+        store.apply_plan(&root, &plan, &options("default")).unwrap()
+    else {
+        panic!("expected a fan-out")
+    };
+    assert_eq!(store.get(&child_ids[0]).unwrap().status, Status::Ready);
+    assert_eq!(store.get(&child_ids[1]).unwrap().status, Status::Todo);
+    assert_eq!(store.get("t_0000beef").unwrap().status, Status::Todo);
+    assert!(kinds(&store, "t_0000beef").is_empty());
+}
+
 #[test]
 fn a_fanout_that_fails_midway_leaves_nothing_behind() {
     let (_dir, mut store) = scratch();

@@ -517,7 +517,7 @@ fn transaction_helpers_compose_in_one_transaction() {
                 add_link(tx, &root_id, &first),
                 Err(StoreError::Cycle { .. })
             ));
-            let promoted = promote_ready(tx)?;
+            let promoted = promote_ready(tx, &[first.clone(), second.clone(), root_id.clone()])?;
             Ok((first, promoted))
         })
         .unwrap();
