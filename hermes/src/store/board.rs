@@ -235,9 +235,10 @@ pub(crate) fn promote_ready(
     let ids: Vec<String> = {
         let mut stmt = tx
             .prepare(
-                "SELECT t.id FROM tasks t
-                 WHERE t.id IN (SELECT value FROM json_each(?1))
-                   AND t.status = 'todo'
+                // CROSS JOIN drives the lookup from the candidates (primary-key probes); left
+                // to itself SQLite would scan every todo card through idx_tasks_status.
+                "SELECT t.id FROM json_each(?1) c CROSS JOIN tasks t ON t.id = c.value
+                 WHERE t.status = 'todo'
                    AND NOT EXISTS (
                        SELECT 1 FROM task_links l JOIN tasks p ON p.id = l.parent_id
                        WHERE l.child_id = t.id AND p.status NOT IN ('done', 'archived'))
