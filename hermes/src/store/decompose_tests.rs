@@ -12,6 +12,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection};
 use serde_json::{json, Value};
 
+use super::tests::{kinds, scratch};
 use super::*;
 use crate::decompose::{ChildSpec, Plan};
 
@@ -19,12 +20,6 @@ const MAX_ATTEMPTS: u32 = 3;
 const CALLS_PER_HOUR: u32 = 2;
 /// What the test policy sets as the provisional due time: `now + attempt * PROVISIONAL_STEP_MS`.
 const PROVISIONAL_STEP_MS: i64 = 1_000;
-
-fn scratch() -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("kanban.db")).unwrap();
-    (dir, store)
-}
 
 /// A second connection to the board file: another process, as far as SQLite is concerned.
 fn other_process(store: &Store) -> Connection {
@@ -67,15 +62,6 @@ fn begin(
 
 fn state(store: &Store, id: &str) -> DecomposeState {
     store.get(id).unwrap().decompose.unwrap()
-}
-
-fn kinds(store: &Store, id: &str) -> Vec<String> {
-    store
-        .events_of(id)
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect()
 }
 
 fn payloads_of(store: &Store, id: &str, kind: &str) -> Vec<Value> {
@@ -142,7 +128,7 @@ fn ledger(store: &mut Store, task_id: &str, started_at_ms: i64) -> i64 {
 
 #[test]
 fn the_attempt_is_counted_before_anything_else_and_a_crash_cannot_reset_it() {
-    let (dir, mut store) = scratch();
+    let (_dir, mut store) = scratch();
     let id = triage_card(&mut store, "split me");
     let now = now_ms();
 
@@ -160,8 +146,9 @@ fn the_attempt_is_counted_before_anything_else_and_a_crash_cannot_reset_it() {
 
     // The request leaves, then the process dies: no close, no failure record.
     ledger(&mut store, &id, now);
+    let path = store.path().to_owned();
     drop(store);
-    let mut store = Store::open(dir.path().join("kanban.db")).unwrap();
+    let mut store = Store::open(path).unwrap();
     // A restarting gateway resynchronises the whole board first; that must not reset the count.
     store.sync_decompose_state(now, true).unwrap();
     assert_eq!(state(&store, &id).attempts, 1);
@@ -191,14 +178,15 @@ fn the_attempt_is_counted_before_anything_else_and_a_crash_cannot_reset_it() {
 
 #[test]
 fn concurrent_processes_count_one_due_slot_once() {
-    let (dir, mut store) = scratch();
+    let (_dir, mut store) = scratch();
     let id = triage_card(&mut store, "contended");
     let now = now_ms();
     let contenders = 4;
+    let path = store.path().to_owned();
     let barrier = Arc::new(Barrier::new(contenders));
     let threads: Vec<_> = (0..contenders)
         .map(|_| {
-            let path = dir.path().join("kanban.db");
+            let path = path.clone();
             let id = id.clone();
             let barrier = barrier.clone();
             std::thread::spawn(move || {

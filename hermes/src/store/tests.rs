@@ -9,7 +9,8 @@ use super::board::{
 };
 use super::*;
 
-fn scratch() -> (tempfile::TempDir, Store) {
+/// A fresh board in a temporary directory.
+pub(super) fn scratch() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("home/kanban.db")).unwrap();
     (dir, store)
@@ -34,7 +35,8 @@ fn count(conn: &Connection, sql: &str) -> i64 {
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
-fn kinds(store: &Store, id: &str) -> Vec<String> {
+/// The kinds of a card's events, oldest first.
+pub(super) fn kinds(store: &Store, id: &str) -> Vec<String> {
     store
         .events_of(id)
         .unwrap()
