@@ -163,7 +163,9 @@ pub struct AttemptOutcome {
 }
 
 impl AttemptOutcome {
-    fn refused(task_id: &str, reason: String) -> Self {
+    /// An outcome that has not succeeded (yet): a refusal, or the start of a paid attempt whose
+    /// result is filled in as it goes.
+    fn not_ok(task_id: &str, reason: String) -> Self {
         Self {
             task_id: task_id.to_owned(),
             ok: false,
@@ -225,13 +227,13 @@ pub async fn run_attempt(
     let ticket = match store.call(move |s| s.begin_attempt(&id, &policy)).await? {
         Ok(ticket) => ticket,
         Err(refusal) => {
-            let outcome = AttemptOutcome::refused(task_id, refusal.to_string());
+            let outcome = AttemptOutcome::not_ok(task_id, refusal.to_string());
             return Ok(Err(Refused { refusal, outcome }));
         }
     };
 
     let (sent, requests) = send(ctx, &store, &ticket, origin, shutdown).await?;
-    let mut outcome = AttemptOutcome::refused(&ticket.task_id, String::new());
+    let mut outcome = AttemptOutcome::not_ok(&ticket.task_id, String::new());
     outcome.requests = requests;
     outcome.attempt = ticket.attempt;
 
