@@ -13,6 +13,8 @@ use reqwest::header::{self, HeaderMap, HeaderValue};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::core::ProviderFault;
+
 /// Reply bodies above this many bytes are cut off and treated as malformed (SPEC §7 B8).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
@@ -154,6 +156,18 @@ impl AuxError {
     /// nor 4xx (the same request would fail the same way), nor malformed or oversized replies.
     pub fn is_transient(&self) -> bool {
         matches!(self, AuxError::Server { .. } | AuxError::Transport(_))
+    }
+
+    /// The provider-wide fault this error is, if any: every card pauses for it, not just one (B5).
+    pub fn provider_fault(&self) -> Option<ProviderFault> {
+        match self {
+            AuxError::Auth { status } => Some(ProviderFault::Auth { status: *status }),
+            AuxError::Billing { status } => Some(ProviderFault::Billing { status: *status }),
+            AuxError::RateLimited { retry_after } => Some(ProviderFault::RateLimited {
+                retry_after: *retry_after,
+            }),
+            _ => None,
+        }
     }
 
     /// The HTTP status that caused this error, when one arrived.

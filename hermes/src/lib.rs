@@ -1,12 +1,22 @@
 //! `hermes`: the reference kanban board, CLI and gateway.
 //!
-//! One module per concern; a card flows `cli` → `store` (rows) → `dispatch` (when it is due)
-//! → `decompose` (one bounded attempt, through `aux_client`) → `store` (the graph, atomically).
+//! One floor per concern, each using only the floors below it:
+//!
+//! - `core`: I/O-free types and rules (plan, origin, refusal, provider fault, backoff, outcome);
+//! - `store`: the board in SQLite (an attempt, its failure and a provider pause are recorded in
+//!   one transaction each);
+//! - `aux_client`: the HTTP call to the provider;
+//! - `decompose`: prompt, reply parsing, one bounded attempt;
+//! - `auto`: the one automatic step (sync, guards, due cards, attempts) that the gateway tick
+//!   and `kanban decompose --all` share;
+//! - `dispatch`: the gateway's loop, lock and signals; `cli`: one file per verb.
 
+pub mod auto;
 pub mod aux_client;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod core;
 pub mod decompose;
 pub mod dispatch;
 pub mod store;

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hermes::config::Config;
-use hermes::decompose::attempt::{run_attempt, AttemptContext, AttemptOutcome};
+use hermes::core::{Applied, AttemptOutcome};
+use hermes::decompose::attempt::{run_attempt, AttemptContext};
 use hermes::store::{NewTask, Origin, Store};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -382,8 +383,10 @@ async fn run_case(
     let (_running, shutdown) = watch::channel(false);
     let outcome: AttemptOutcome = run_attempt(&ctx, &root, Origin::Gateway, shutdown)
         .await
-        .unwrap()
-        .unwrap_or_else(|refused| panic!("a fresh triage card was refused: {refused:?}"));
+        .unwrap();
+    if let AttemptOutcome::Refused { refusal, .. } = &outcome {
+        panic!("a fresh triage card was refused: {refusal:?}");
+    }
     let after = snapshot(&db);
 
     prop_assert_eq!(
@@ -406,7 +409,7 @@ async fn run_case(
 
     match &scenario.expect {
         Expect::Rejected(why) => {
-            prop_assert!(!outcome.ok, "{} was accepted: {:?}", why, outcome);
+            prop_assert!(!outcome.ok(), "{} was accepted: {:?}", why, outcome);
             prop_assert_eq!(&after.tasks, &before.tasks, "{}: task rows changed", why);
             prop_assert_eq!(&after.links, &before.links, "{}: links changed", why);
             prop_assert!(
@@ -423,8 +426,11 @@ async fn run_case(
             prop_assert_eq!(&root_kinds[..], expected, "{}", why);
         }
         Expect::Graph { titles, edges } => {
-            prop_assert!(outcome.ok, "a valid graph failed: {:?}", outcome);
-            let child_ids = outcome.child_ids.clone().unwrap_or_default();
+            prop_assert!(outcome.ok(), "a valid graph failed: {:?}", outcome);
+            let child_ids = outcome
+                .child_ids()
+                .map(<[String]>::to_vec)
+                .unwrap_or_default();
             prop_assert_eq!(child_ids.len(), titles.len());
             let store = Store::open(&db).unwrap();
             for (id, title) in child_ids.iter().zip(titles) {
@@ -459,8 +465,17 @@ async fn run_case(
             );
         }
         Expect::Single { title } => {
-            prop_assert!(outcome.ok, "a valid single failed: {:?}", outcome);
-            prop_assert!(!outcome.fanout);
+            prop_assert!(
+                matches!(
+                    outcome,
+                    AttemptOutcome::Applied {
+                        applied: Applied::Single { .. },
+                        ..
+                    }
+                ),
+                "a valid single failed: {:?}",
+                outcome
+            );
             prop_assert_eq!(after.tasks.len(), 1);
             prop_assert!(after.links.is_empty());
             let task = Store::open(&db).unwrap().get(&root).unwrap();

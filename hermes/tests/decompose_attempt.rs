@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hermes::config::Config;
-use hermes::decompose::attempt::{
-    backoff_ms, run_attempt, AttemptContext, AttemptOutcome, ProviderFault, Refused,
-};
+use hermes::core::{Applied, AttemptOutcome, ProviderFault};
+use hermes::decompose::attempt::{backoff, run_attempt, AttemptContext};
 use hermes::store::{now_ms, BeginRefusal, DecomposeState, NewTask, Origin, Status, Store};
 use rstest::rstest;
 use rusqlite::{Connection, OpenFlags};
@@ -191,22 +190,69 @@ fn running() -> (watch::Sender<bool>, watch::Receiver<bool>) {
     watch::channel(false)
 }
 
-async fn attempt(ctx: &AttemptContext, board: &Board, origin: Origin) -> AttemptOutcome {
-    let (_keep, shutdown) = running();
-    match run_attempt(ctx, &board.card, origin, shutdown)
-        .await
-        .unwrap()
-    {
-        Ok(outcome) => outcome,
-        Err(refused) => panic!("attempt refused: {refused:?}"),
+/// An attempt's outcome, flattened for assertions.
+#[derive(Debug, Clone)]
+struct Seen {
+    ok: bool,
+    fanout: bool,
+    requests: u32,
+    attempt: u32,
+    parked: bool,
+    provider_fault: Option<ProviderFault>,
+    child_ids: Option<Vec<String>>,
+    new_title: Option<String>,
+    reason: String,
+}
+
+impl From<AttemptOutcome> for Seen {
+    fn from(outcome: AttemptOutcome) -> Seen {
+        let (fanout, new_title) = match &outcome {
+            AttemptOutcome::Applied {
+                applied: Applied::Fanout { .. },
+                ..
+            } => (true, None),
+            AttemptOutcome::Applied {
+                applied: Applied::Single { new_title },
+                ..
+            } => (false, new_title.clone()),
+            _ => (false, None),
+        };
+        Seen {
+            ok: outcome.ok(),
+            fanout,
+            requests: outcome.requests(),
+            attempt: outcome.attempt(),
+            parked: matches!(outcome, AttemptOutcome::Failed { parked: true, .. }),
+            provider_fault: outcome.fault().map(|f| f.fault.clone()),
+            child_ids: outcome.child_ids().map(<[String]>::to_vec),
+            new_title,
+            reason: outcome.reason(),
+        }
     }
+}
+
+/// A refused attempt: why, and what the outcome said.
+#[derive(Debug)]
+struct Refused {
+    refusal: BeginRefusal,
+    outcome: Seen,
+}
+
+async fn attempt(ctx: &AttemptContext, board: &Board, origin: Origin) -> Seen {
+    attempt_on(ctx, &board.card, origin).await
 }
 
 async fn refused(ctx: &AttemptContext, card: &str, origin: Origin) -> Refused {
     let (_keep, shutdown) = running();
     match run_attempt(ctx, card, origin, shutdown).await.unwrap() {
-        Ok(outcome) => panic!("expected a refusal, the attempt ran: {outcome:?}"),
-        Err(refused) => refused,
+        AttemptOutcome::Refused { refusal, task_id } => {
+            let outcome = Seen::from(AttemptOutcome::Refused {
+                refusal: refusal.clone(),
+                task_id,
+            });
+            Refused { refusal, outcome }
+        }
+        outcome => panic!("expected a refusal, the attempt ran: {outcome:?}"),
     }
 }
 
@@ -326,7 +372,7 @@ async fn a_malformed_reply_fails_the_attempt_and_the_card_waits_out_the_backoff(
     .await;
     let board = Board::new("vague");
     let cfg = config(&server);
-    let backoff = backoff_ms(&cfg, 1);
+    let backoff = backoff(&cfg).due_ms(0, 1);
     assert_eq!(backoff, 60_000);
     let ctx = context(cfg, &board);
 
@@ -591,12 +637,13 @@ async fn shutdown_aborts_the_request_in_flight_and_records_it() {
 
     let flipped = Instant::now();
     stop.send(true).unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(2), run)
-        .await
-        .expect("the attempt did not stop within 2 s of shutdown")
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let outcome = Seen::from(
+        tokio::time::timeout(Duration::from_secs(2), run)
+            .await
+            .expect("the attempt did not stop within 2 s of shutdown")
+            .unwrap()
+            .unwrap(),
+    );
     assert!(flipped.elapsed() < Duration::from_secs(2));
     assert!(!outcome.ok);
     assert!(outcome.reason.starts_with("aborted"), "{}", outcome.reason);
@@ -675,12 +722,12 @@ async fn the_hourly_ceiling_stops_a_retry_but_not_a_person() {
     assert_eq!(requests(&server).await.len(), 5);
 }
 
-async fn attempt_on(ctx: &AttemptContext, card: &str, origin: Origin) -> AttemptOutcome {
+async fn attempt_on(ctx: &AttemptContext, card: &str, origin: Origin) -> Seen {
     let (_keep, shutdown) = running();
-    run_attempt(ctx, card, origin, shutdown)
-        .await
-        .unwrap()
-        .unwrap()
+    match run_attempt(ctx, card, origin, shutdown).await.unwrap() {
+        AttemptOutcome::Refused { refusal, .. } => panic!("attempt refused: {refusal:?}"),
+        outcome => Seen::from(outcome),
+    }
 }
 
 /// Looks at the board at the moment the provider receives the request.

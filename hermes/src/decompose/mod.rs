@@ -1,10 +1,10 @@
-//! One bounded decompose attempt: prompt, reply parsing and whole-graph validation.
+//! One bounded decompose attempt: prompt, reply parsing and whole-graph validation into a
+//! [`Plan`] (defined in `core`, so the store can apply it without looking up here).
 pub mod attempt;
-pub mod plan;
 pub mod prompt;
 pub mod reply;
 
-pub use plan::{ChildSpec, Plan};
+pub use crate::core::{ChildSpec, Plan};
 pub use prompt::{build_messages, PromptCard};
 pub use reply::{parse_reply, GraphLimits, Rejection, RejectionKind};
 

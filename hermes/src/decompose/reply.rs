@@ -8,8 +8,8 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::plan::{ChildSpec, Plan};
 use crate::aux_client::json_kind;
+use crate::core::{ChildSpec, Plan};
 
 /// Titles longer than this many characters are cut (a card title is one line, not a document).
 pub const MAX_TITLE_CHARS: usize = 200;

@@ -23,12 +23,13 @@ use tracing::{debug, info, warn};
 pub use lock::{LockError, SingletonLock};
 use notice::Notice;
 
+use crate::auto::{self, Picked};
 use crate::config::{api_key, Config, Home};
-use crate::decompose::attempt::{
-    run_attempt, AttemptContext, AttemptError, AttemptOutcome, BoardHandle, Refused,
-};
+use crate::core::time::secs_between;
+use crate::core::{AttemptOutcome, BeginRefusal, Origin};
+use crate::decompose::attempt::{AttemptContext, AttemptError};
 use crate::decompose::roster;
-use crate::store::{now_ms, AutoGate, BeginRefusal, Origin, Store};
+use crate::store::{now_ms, BoardHandle, Store};
 
 /// How long SIGTERM waits for attempts in flight before the process exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
@@ -153,10 +154,7 @@ fn new_interval(period: Duration) -> tokio::time::Interval {
 }
 
 /// What an attempt task hands back: its card and how the attempt went.
-type AttemptResult = (
-    String,
-    Result<Result<AttemptOutcome, Refused>, AttemptError>,
-);
+type AttemptResult = (String, Result<AttemptOutcome, AttemptError>);
 type Joined = Result<AttemptResult, tokio::task::JoinError>;
 
 /// Whether the provider has shown it is answering (see [`PROBE_WINDOW`]).
@@ -295,16 +293,7 @@ impl Dispatcher {
         let exclude = self.in_flight_ids.clone();
         let picked = self
             .board
-            .call(move |s| {
-                s.sync_decompose_state(now, false)?;
-                match s.auto_gate(now, calls_per_hour)? {
-                    AutoGate::Open { calls_left } => {
-                        let limit = slots.min(calls_left as usize);
-                        Ok(Ok(s.due_cards(now, limit, &exclude)?))
-                    }
-                    closed => Ok(Err(closed)),
-                }
-            })
+            .call(move |s| auto::pick(s, now, calls_per_hour, slots, &exclude, false))
             .await;
         let due = match picked {
             Err(err) => {
@@ -312,30 +301,29 @@ impl Dispatcher {
                     .warn(format!("cannot read the board: {err}"));
                 return;
             }
-            Ok(Err(closed)) => {
-                match &closed {
-                    AutoGate::Paused { reason, until_ms } => self.gate_notice.warn_keyed(
-                        &format!("paused-until-{until_ms}"),
-                        &format!(
-                            "auto-decompose paused for {:.0}s more: {reason}",
-                            ((until_ms - now) as f64 / 1000.0).max(0.0)
-                        ),
+            Ok(Picked::Paused { until_ms, reason }) => {
+                self.gate_notice.warn_keyed(
+                    &format!("paused-until-{until_ms}"),
+                    &format!(
+                        "auto-decompose paused for {:.0}s more: {reason}",
+                        secs_between(now, until_ms)
                     ),
-                    AutoGate::CeilingReached { calls, limit } => self.gate_notice.warn_keyed(
-                        "hourly-ceiling",
-                        &format!(
-                            "auto-decompose waiting: {calls} paid calls in the last hour reached \
-                             kanban.decompose_calls_per_hour ({limit})"
-                        ),
-                    ),
-                    AutoGate::Open { .. } => {}
-                }
-                // A pause ends in an unknown state: probe with one call before fanning out.
-                self.health = ProviderHealth::Unknown;
-                self.probe_started = None;
+                );
+                self.await_probe();
                 return;
             }
-            Ok(Ok(due)) => due,
+            Ok(Picked::Ceiling { calls, limit }) => {
+                self.gate_notice.warn_keyed(
+                    "hourly-ceiling",
+                    &format!(
+                        "auto-decompose waiting: {calls} paid calls in the last hour reached \
+                         kanban.decompose_calls_per_hour ({limit})"
+                    ),
+                );
+                self.await_probe();
+                return;
+            }
+            Ok(Picked::Due(due)) => due,
         };
         self.board_notice.clear();
         if due.is_empty() {
@@ -345,6 +333,12 @@ impl Dispatcher {
         for task_id in due {
             self.spawn_attempt(&context, task_id);
         }
+    }
+
+    /// A closed gate ends in an unknown state: probe with one call before fanning out.
+    fn await_probe(&mut self) {
+        self.health = ProviderHealth::Unknown;
+        self.probe_started = None;
     }
 
     fn spawn_attempt(&mut self, context: &AttemptContext, task_id: String) {
@@ -357,7 +351,7 @@ impl Dispatcher {
         let context = context.clone();
         let shutdown = self.shutdown.clone();
         self.in_flight.spawn(async move {
-            let result = run_attempt(&context, &task_id, Origin::Gateway, shutdown).await;
+            let result = auto::attempt(&context, &task_id, Origin::Gateway, shutdown).await;
             (task_id, result)
         });
     }
@@ -376,11 +370,47 @@ impl Dispatcher {
             self.probe_started = None;
         }
         let outcome = match result {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(Refused {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                self.board_notice
+                    .warn(format!("attempt on {task_id} could not be recorded: {err}"));
+                return;
+            }
+        };
+        if let Some(fault) = outcome.fault() {
+            self.gate_notice.warn_keyed(
+                &format!("paused-until-{}", fault.until_ms),
+                &format!(
+                    "auto-decompose paused for {:.0}s: {} (card {task_id})",
+                    fault.lasts.as_secs_f64(),
+                    fault.fault.describe()
+                ),
+            );
+            self.await_probe();
+        } else if outcome.requests() > 0 {
+            self.health = ProviderHealth::Answering;
+            self.probe_started = None;
+        }
+        match &outcome {
+            AttemptOutcome::Applied { .. } => match outcome.child_ids() {
+                Some(children) => {
+                    info!(card = %task_id, "decomposed into {} children", children.len())
+                }
+                None => info!(card = %task_id, "specified as a single task"),
+            },
+            AttemptOutcome::Failed {
+                parked: true,
+                attempt,
+                reason,
+                ..
+            } => warn!(
+                card = %task_id,
+                "parked after {attempt} failed attempts (last: {reason}); run `hermes kanban decompose {task_id}` to try again by hand"
+            ),
+            AttemptOutcome::Refused {
                 refusal: BeginRefusal::Parked { attempts },
                 ..
-            })) => {
+            } => {
                 // The due query never offers a parked card, so this card's budget was spent
                 // by an attempt that never finished (a crash mid-call); it was parked just now.
                 warn!(
@@ -388,55 +418,13 @@ impl Dispatcher {
                     "parked after {attempts} attempts (the last one never finished); run \
                      `hermes kanban decompose {task_id}` to try again by hand"
                 );
-                return;
             }
-            Ok(Err(refused)) => {
-                debug!(card = %task_id, "not attempted: {}", refused.outcome.reason);
-                return;
+            AttemptOutcome::Refused { .. } => {
+                debug!(card = %task_id, "not attempted: {}", outcome.reason());
             }
-            Err(err) => {
-                self.board_notice
-                    .warn(format!("attempt on {task_id} could not be recorded: {err}"));
-                return;
+            AttemptOutcome::Failed { .. } | AttemptOutcome::LeftTriage { .. } => {
+                info!(card = %task_id, attempt = outcome.attempt(), "decompose attempt failed: {}", outcome.reason());
             }
-        };
-        if let Some(fault) = &outcome.provider_fault {
-            let pause = fault.pause_for(self.config.kanban.provider_cooldown);
-            let reason = fault.describe();
-            let until = now_ms() + pause.as_millis() as i64;
-            let stored = reason.clone();
-            if let Err(err) = self.board.call(move |s| s.set_pause(until, &stored)).await {
-                self.board_notice
-                    .warn(format!("cannot record the provider pause: {err}"));
-            }
-            self.gate_notice.warn_keyed(
-                &format!("paused-until-{until}"),
-                &format!(
-                    "auto-decompose paused for {:.0}s: {reason} (card {task_id})",
-                    pause.as_secs_f64()
-                ),
-            );
-            self.health = ProviderHealth::Unknown;
-            self.probe_started = None;
-        } else if outcome.requests > 0 {
-            self.health = ProviderHealth::Answering;
-            self.probe_started = None;
-        }
-        if outcome.ok {
-            match &outcome.child_ids {
-                Some(children) => {
-                    info!(card = %task_id, "decomposed into {} children", children.len())
-                }
-                None => info!(card = %task_id, "specified as a single task"),
-            }
-        } else if outcome.parked {
-            warn!(
-                card = %task_id,
-                "parked after {} failed attempts (last: {}); run `hermes kanban decompose {task_id}` to try again by hand",
-                outcome.attempt, outcome.reason
-            );
-        } else {
-            info!(card = %task_id, attempt = outcome.attempt, "decompose attempt failed: {}", outcome.reason);
         }
     }
 }

@@ -10,41 +10,15 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::json;
 
 use super::board::{add_event, canonical_assignee, insert_task_row, promote_ready, TaskRow};
-use super::ledger::{board_pause, calls_since, HOUR_MS};
+use super::guards::{auto_gate, set_pause, AutoGate};
 use super::{SqlResultExt, Status, Store, StoreError};
-use crate::decompose::{ChildSpec, Plan};
+use crate::core::{Backoff, BeginRefusal, ChildSpec, Origin, Plan};
 
 /// Block kinds that wait for a person; such cards are never decomposed automatically (B7).
 pub const HUMAN_BLOCK_KINDS: [&str; 2] = ["needs_input", "capability"];
 
-/// Who asked for an attempt. Only `Manual` ignores the budget, backoff, holds and board guards:
-/// a person chose to pay for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// The gateway's dispatcher tick.
-    Gateway,
-    /// `kanban decompose --all`.
-    Sweep,
-    /// `kanban decompose ID`.
-    Manual,
-}
-
-impl Origin {
-    /// The label stored in the ledger and in events.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::Gateway => "gateway",
-            Origin::Sweep => "sweep",
-            Origin::Manual => "manual",
-        }
-    }
-
-    fn is_automatic(self) -> bool {
-        self != Origin::Manual
-    }
-}
-
 /// What [`Store::begin_attempt`] checks and records.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BeginPolicy {
     pub origin: Origin,
     pub now_ms: i64,
@@ -52,9 +26,9 @@ pub struct BeginPolicy {
     pub max_attempts: u32,
     /// Board-wide ceiling on paid calls in any rolling hour (automatic attempts only).
     pub calls_per_hour: u32,
-    /// When the card is next due should this attempt fail, given its number. Set before the
-    /// request leaves, so a crash mid-call cannot make the card due again at once.
-    pub provisional_due_ms: Box<dyn Fn(u32) -> i64 + Send>,
+    /// The card's wait after a failure. Until the outcome is known the card is treated as
+    /// failed, so a crash mid-call cannot make it due again at once.
+    pub backoff: Backoff,
 }
 
 /// A recorded attempt: the card as it was when the attempt was counted.
@@ -68,31 +42,6 @@ pub struct AttemptTicket {
     pub assignee: Option<String>,
 }
 
-/// Why no attempt was recorded (and nothing paid).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BeginRefusal {
-    #[error("no such task: {0}")]
-    NoSuchTask(String),
-    #[error("task is not in triage (status {status}); nothing to decompose")]
-    NotInTriage { status: String },
-    #[error("parked after {attempts} failed attempts; decompose it by hand to try again")]
-    Parked { attempts: u32 },
-    #[error("in backoff until {}", crate::clock::utc(until_ms.div_euclid(1000)))]
-    InBackoff { until_ms: i64 },
-    #[error("created with --no-auto-decompose")]
-    OptedOut,
-    #[error("a human hold: {why}")]
-    Hold { why: String },
-    #[error("not scheduled for automatic decomposition")]
-    NotScheduled,
-    #[error("auto-decompose is paused until {}: {reason}", crate::clock::utc(until_ms.div_euclid(1000)))]
-    Paused { until_ms: i64, reason: String },
-    #[error(
-        "{calls} paid calls in the last hour reached kanban.decompose_calls_per_hour ({limit})"
-    )]
-    CeilingReached { calls: u64, limit: u32 },
-}
-
 /// A failed attempt, as recorded on the card.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailureRecord {
@@ -104,6 +53,15 @@ pub struct FailureRecord {
     /// The budget is spent: park the card.
     pub park: bool,
     pub now_ms: i64,
+    /// A provider-wide fault's board pause, recorded in the same transaction (B5).
+    pub pause: Option<PauseRecord>,
+}
+
+/// A board-wide pause to record with a failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseRecord {
+    pub until_ms: i64,
+    pub reason: String,
 }
 
 /// Settings of the apply transaction.
@@ -129,14 +87,6 @@ pub enum ApplyResult {
     LeftTriage { status: String },
 }
 
-/// Whether automatic attempts may run now (B5, B6).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AutoGate {
-    Open { calls_left: u64 },
-    Paused { until_ms: i64, reason: String },
-    CeilingReached { calls: u64, limit: u32 },
-}
-
 impl Store {
     /// Counts an attempt on `task_id` — before any request is sent (B1) — or says why there must
     /// be none. One `BEGIN IMMEDIATE` transaction, so two processes can never both count the
@@ -150,8 +100,8 @@ impl Store {
         self.write(|tx| begin_attempt(tx, task_id, policy))
     }
 
-    /// Records a failed attempt: the card's next due time (or its park) and the
-    /// `decompose_failed` / `decompose_parked` events, in one transaction.
+    /// Records a failed attempt: the card's next due time (or its park), the
+    /// `decompose_failed` / `decompose_parked` events and any provider pause, in one transaction.
     pub fn record_failure(
         &mut self,
         task_id: &str,
@@ -242,31 +192,6 @@ impl Store {
             Ok(due)
         })
     }
-
-    /// Whether automatic attempts may run now: the provider pause (B5) and the hourly ceiling
-    /// (B6), both read from the board so they hold across restarts and processes.
-    pub fn auto_gate(&self, now_ms: i64, calls_per_hour: u32) -> Result<AutoGate, StoreError> {
-        self.read(|conn| auto_gate(conn, now_ms, calls_per_hour))
-    }
-}
-
-fn auto_gate(conn: &Connection, now_ms: i64, calls_per_hour: u32) -> Result<AutoGate, StoreError> {
-    if let Some(pause) = board_pause(conn)?.filter(|p| p.until_ms > now_ms) {
-        return Ok(AutoGate::Paused {
-            until_ms: pause.until_ms,
-            reason: pause.reason,
-        });
-    }
-    let calls = calls_since(conn, now_ms - HOUR_MS)?;
-    if calls >= u64::from(calls_per_hour) {
-        return Ok(AutoGate::CeilingReached {
-            calls,
-            limit: calls_per_hour,
-        });
-    }
-    Ok(AutoGate::Open {
-        calls_left: u64::from(calls_per_hour) - calls,
-    })
 }
 
 /// A card's decompose state row, if any.
@@ -355,7 +280,7 @@ fn begin_attempt(
     let schedulable = state
         .as_ref()
         .is_none_or(|s| !s.opt_out && s.parked_at_ms.is_none() && s.due_at_ms.is_some());
-    let due = schedulable.then(|| (policy.provisional_due_ms)(attempt));
+    let due = schedulable.then(|| policy.backoff.due_ms(policy.now_ms, attempt));
     tx.execute(
         "INSERT INTO hermes_decompose_state (task_id, attempts, last_attempt_at_ms, due_at_ms)
          VALUES (?1, ?2, ?3, ?4)
@@ -493,6 +418,9 @@ fn record_failure(
             "decompose_parked",
             Some(&json!({"attempts": failure.attempt, "reason": failure.reason})),
         )?;
+    }
+    if let Some(pause) = &failure.pause {
+        set_pause(tx, pause.until_ms, &pause.reason, failure.now_ms)?;
     }
     Ok(())
 }

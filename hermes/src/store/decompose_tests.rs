@@ -14,12 +14,17 @@ use serde_json::{json, Value};
 
 use super::tests::{kinds, scratch};
 use super::*;
-use crate::decompose::{ChildSpec, Plan};
+use crate::core::{ChildSpec, Plan};
 
 const MAX_ATTEMPTS: u32 = 3;
 const CALLS_PER_HOUR: u32 = 2;
-/// What the test policy sets as the provisional due time: `now + attempt * PROVISIONAL_STEP_MS`.
+/// The test policy's backoff after a first failure, which is also the provisional due time of a
+/// card's first attempt (`now + PROVISIONAL_STEP_MS`); it doubles per attempt after that.
 const PROVISIONAL_STEP_MS: i64 = 1_000;
+
+fn test_backoff() -> crate::core::Backoff {
+    crate::core::Backoff::new(Duration::from_millis(PROVISIONAL_STEP_MS as u64))
+}
 
 /// A second connection to the board file: another process, as far as SQLite is concerned.
 fn other_process(store: &Store) -> Connection {
@@ -45,9 +50,7 @@ fn policy(origin: Origin, now_ms: i64) -> BeginPolicy {
         now_ms,
         max_attempts: MAX_ATTEMPTS,
         calls_per_hour: CALLS_PER_HOUR,
-        provisional_due_ms: Box::new(move |attempt| {
-            now_ms + i64::from(attempt) * PROVISIONAL_STEP_MS
-        }),
+        backoff: test_backoff(),
     }
 }
 
@@ -458,7 +461,7 @@ fn a_manual_attempt_passes_every_guard_and_is_counted(
         }
         _ => assert_eq!(
             after.due_at_ms,
-            Some(now + i64::from(ticket.attempt) * PROVISIONAL_STEP_MS),
+            Some(test_backoff().due_ms(now, ticket.attempt)),
             "{guard:?}"
         ),
     }
@@ -559,6 +562,7 @@ fn failure(attempt: u32, origin: Origin, next_due_ms: Option<i64>, now: i64) -> 
         next_due_ms,
         park: next_due_ms.is_none(),
         now_ms: now,
+        pause: None,
     }
 }
 

@@ -3,16 +3,12 @@
 //! board-wide pause (B5) and the hourly ceiling (B6) are read from the same tables, which is
 //! what makes them hold across restarts and across processes.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::params;
 use serde::Serialize;
 
-use super::decompose::{BeginRefusal, Origin};
+use super::guards::{board_pause, calls_since, HOUR_MS};
 use super::{SqlResultExt, Store, StoreError};
-
-/// One hour in milliseconds: the ceiling's rolling window.
-pub const HOUR_MS: i64 = 3_600_000;
-
-const PAUSE_KEY: &str = "provider_pause";
+use crate::core::{BeginRefusal, Origin};
 
 /// A ledger row about to be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,13 +35,6 @@ pub struct LedgerClose {
     pub completion_tokens: Option<u64>,
     /// A short human-readable note (the error), if any.
     pub detail: Option<String>,
-}
-
-/// The board-wide provider pause.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Pause {
-    pub until_ms: i64,
-    pub reason: String,
 }
 
 /// `kanban usage`: what the ledger says was paid.
@@ -110,7 +99,7 @@ impl Store {
     ) -> Result<Result<i64, BeginRefusal>, StoreError> {
         self.write(|tx| {
             if let Some(limit) = open.enforce_ceiling {
-                let calls = calls_since(tx, open.started_at_ms - HOUR_MS)?;
+                let calls = calls_since(tx, open.started_at_ms.saturating_sub(HOUR_MS))?;
                 if calls >= u64::from(limit) {
                     return Ok(Err(BeginRefusal::CeilingReached { calls, limit }));
                 }
@@ -150,39 +139,6 @@ impl Store {
                 ],
             )
             .sql("closing a ledger row")?;
-            Ok(())
-        })
-    }
-
-    /// Paid calls (ledger rows) started at or after `since_ms`.
-    pub fn calls_since(&self, since_ms: i64) -> Result<u64, StoreError> {
-        self.read(|conn| calls_since(conn, since_ms))
-    }
-
-    /// The board-wide provider pause, if one was ever set (it may have expired).
-    pub fn pause(&self) -> Result<Option<Pause>, StoreError> {
-        self.read(board_pause)
-    }
-
-    /// Pauses automatic attempts board-wide until `until_ms`. A later pause never shortens a
-    /// longer one already in force.
-    pub fn set_pause(&mut self, until_ms: i64, reason: &str) -> Result<(), StoreError> {
-        let now = crate::clock::now_ms();
-        self.write(|tx| {
-            // An expired pause always ends before a new one, so only a pause still in force
-            // can outlast this one.
-            if board_pause(tx)?.is_some_and(|current| current.until_ms >= until_ms) {
-                return Ok(());
-            }
-            tx.execute(
-                "INSERT INTO hermes_board_state (key, value, until_ms, updated_at_ms)
-                 VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT(key) DO UPDATE SET
-                     value = excluded.value, until_ms = excluded.until_ms,
-                     updated_at_ms = excluded.updated_at_ms",
-                params![PAUSE_KEY, reason, until_ms, now],
-            )
-            .sql("recording the provider pause")?;
             Ok(())
         })
     }
@@ -252,7 +208,7 @@ impl Store {
                 since: since_ms.map(|ms| ms.div_euclid(1000)),
                 totals,
                 window: UsageWindow {
-                    calls_last_hour: calls_since(conn, now_ms - HOUR_MS)?,
+                    calls_last_hour: calls_since(conn, now_ms.saturating_sub(HOUR_MS))?,
                     limit: calls_per_hour,
                 },
                 pause,
@@ -260,29 +216,4 @@ impl Store {
             })
         })
     }
-}
-
-pub(crate) fn calls_since(conn: &Connection, since_ms: i64) -> Result<u64, StoreError> {
-    conn.query_row(
-        "SELECT COUNT(*) FROM hermes_aux_ledger WHERE started_at_ms >= ?1",
-        [since_ms],
-        |r| r.get::<_, i64>(0),
-    )
-    .map(|n| n as u64)
-    .sql("counting paid calls")
-}
-
-pub(crate) fn board_pause(conn: &Connection) -> Result<Option<Pause>, StoreError> {
-    conn.query_row(
-        "SELECT until_ms, value FROM hermes_board_state WHERE key = ?1 AND until_ms IS NOT NULL",
-        [PAUSE_KEY],
-        |r| {
-            Ok(Pause {
-                until_ms: r.get(0)?,
-                reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-            })
-        },
-    )
-    .optional()
-    .sql("reading the provider pause")
 }

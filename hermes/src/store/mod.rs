@@ -8,6 +8,8 @@ pub(crate) mod board;
 mod decompose;
 #[cfg(test)]
 mod decompose_tests;
+mod guards;
+mod handle;
 mod ledger;
 mod pyjson;
 pub(crate) mod schema;
@@ -25,13 +27,15 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavio
 use serde_json::Value;
 
 pub use crate::clock::now_ms;
+pub use crate::core::{BeginRefusal, Origin};
 pub use decompose::{
-    ApplyOptions, ApplyResult, AttemptTicket, AutoGate, BeginPolicy, BeginRefusal, FailureRecord,
-    Origin, HUMAN_BLOCK_KINDS,
+    ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, FailureRecord, PauseRecord,
+    HUMAN_BLOCK_KINDS,
 };
+pub use guards::{AutoGate, Pause, HOUR_MS};
+pub use handle::{BoardError, BoardHandle};
 pub use ledger::{
-    CardUsage, LedgerClose, LedgerOpen, Pause, UsagePause, UsageReport, UsageTotals, UsageWindow,
-    HOUR_MS,
+    CardUsage, LedgerClose, LedgerOpen, UsagePause, UsageReport, UsageTotals, UsageWindow,
 };
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].

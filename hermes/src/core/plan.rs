@@ -1,5 +1,5 @@
-//! What a validated decompose reply asks the board to do. Produced by `decompose::reply`,
-//! consumed by the store's apply transaction; nothing here has been checked against the DB yet.
+//! What a validated decompose reply asks the board to do. Produced by the reply parser, consumed
+//! by the store's apply transaction; nothing here has been checked against the DB yet.
 
 /// One child of a validated fan-out, in reply order.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,152 @@
+//! The one automatic step: bring the board's decompose state up to date, consult the board-wide
+//! guards (provider pause B5, hourly ceiling B6), pick the due cards (B2, B7) and attempt them.
+//!
+//! The gateway's tick ([`pick`], then one attempt task per card) and `kanban decompose --all`
+//! ([`sweep`], one card at a time) both go through here, so a rule about which card may be paid
+//! for next lives in one place.
+
+use std::collections::HashSet;
+
+use tokio::sync::watch;
+
+use crate::clock::now_ms;
+use crate::core::{AttemptOutcome, FaultPause, Origin};
+use crate::decompose::attempt::{run_attempt, AttemptContext, AttemptError};
+use crate::store::{AutoGate, BoardHandle, ListFilter, Status, Store, StoreError};
+
+/// What the automatic step may do now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Picked {
+    /// The provider pause is in force (B5): nothing may be attempted.
+    Paused { until_ms: i64, reason: String },
+    /// The hourly ceiling is reached (B6): nothing may be attempted.
+    Ceiling { calls: u64, limit: u32 },
+    /// The cards to attempt now, oldest due first (possibly none).
+    Due(Vec<String>),
+}
+
+/// Brings the decompose state up to date (every triage card `full`y, or only the cards added
+/// since the last call), then picks at most `slots` due cards not in `exclude`, within the guards.
+pub fn pick(
+    store: &mut Store,
+    now_ms: i64,
+    calls_per_hour: u32,
+    slots: usize,
+    exclude: &HashSet<String>,
+    full_sync: bool,
+) -> Result<Picked, StoreError> {
+    store.sync_decompose_state(now_ms, full_sync)?;
+    match store.auto_gate(now_ms, calls_per_hour)? {
+        AutoGate::Open { calls_left } => {
+            let limit = slots.min(usize::try_from(calls_left).unwrap_or(usize::MAX));
+            Ok(Picked::Due(store.due_cards(now_ms, limit, exclude)?))
+        }
+        AutoGate::Paused { until_ms, reason } => Ok(Picked::Paused { until_ms, reason }),
+        AutoGate::CeilingReached { calls, limit } => Ok(Picked::Ceiling { calls, limit }),
+    }
+}
+
+/// Runs one automatic attempt on a picked card.
+pub async fn attempt(
+    ctx: &AttemptContext,
+    task_id: &str,
+    origin: Origin,
+    shutdown: watch::Receiver<bool>,
+) -> Result<AttemptOutcome, AttemptError> {
+    run_attempt(ctx, task_id, origin, shutdown).await
+}
+
+/// Why a sweep ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SweepStop {
+    /// No due card is left.
+    Done,
+    /// The board was paused (by an earlier refusal, here or in another process).
+    Paused { until_ms: i64, reason: String },
+    /// The hourly ceiling was reached.
+    Ceiling { calls: u64, limit: u32 },
+    /// An attempt of this sweep ran into a provider-wide fault; the pause is recorded.
+    Fault(FaultPause),
+}
+
+/// How a sweep went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepReport {
+    pub stop: SweepStop,
+    /// Triage cards the sweep did not attempt (parked, in backoff, held, opted out), counted
+    /// when it ran out of due cards.
+    pub not_attempted: usize,
+}
+
+/// `kanban decompose --all`: attempts every due card, one at a time and re-selected each round
+/// (so a card that became due or stopped being due meanwhile is seen as it is now), within the
+/// same budget, pause and ceiling as the gateway. `on_outcome` sees every attempt that ran.
+pub async fn sweep(
+    ctx: &AttemptContext,
+    mut on_outcome: impl FnMut(&AttemptOutcome) -> anyhow::Result<()>,
+) -> anyhow::Result<SweepReport> {
+    let board = BoardHandle::open(&ctx.db_path).await?;
+    let calls_per_hour = ctx.config.kanban.decompose_calls_per_hour;
+    let mut tried: HashSet<String> = HashSet::new();
+    let mut full_sync = true;
+    loop {
+        let exclude = tried.clone();
+        let picked = board
+            .call(move |s| pick(s, now_ms(), calls_per_hour, 1, &exclude, full_sync))
+            .await?;
+        full_sync = false;
+        let id = match picked {
+            Picked::Paused { until_ms, reason } => {
+                return Ok(stopped(SweepStop::Paused { until_ms, reason }))
+            }
+            Picked::Ceiling { calls, limit } => {
+                return Ok(stopped(SweepStop::Ceiling { calls, limit }))
+            }
+            Picked::Due(due) => match due.into_iter().next() {
+                Some(id) => id,
+                None => break,
+            },
+        };
+        tried.insert(id.clone());
+        let outcome = attempt(ctx, &id, Origin::Sweep, no_shutdown()).await?;
+        if let AttemptOutcome::Refused { .. } = outcome {
+            continue;
+        }
+        on_outcome(&outcome)?;
+        if let Some(fault) = outcome.fault() {
+            return Ok(stopped(SweepStop::Fault(fault.clone())));
+        }
+    }
+    let not_attempted = board
+        .call(move |s| {
+            let filter = ListFilter {
+                status: Some(Status::Triage),
+                ..Default::default()
+            };
+            Ok(s.list(&filter)?
+                .iter()
+                .filter(|t| !tried.contains(&t.id))
+                .count())
+        })
+        .await?;
+    Ok(SweepReport {
+        stop: SweepStop::Done,
+        not_attempted,
+    })
+}
+
+fn stopped(stop: SweepStop) -> SweepReport {
+    SweepReport {
+        stop,
+        not_attempted: 0,
+    }
+}
+
+/// Never fires: a command-line attempt is not cancelled by a shutdown signal (Ctrl-C kills the
+/// process, and the attempt already counted stays counted).
+pub fn no_shutdown() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    // Leaked on purpose for the process's short life, so the channel never reads as closed.
+    std::mem::forget(tx);
+    rx
+}

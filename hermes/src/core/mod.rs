@@ -1,0 +1,22 @@
+//! The floor every other module stands on: plain types and pure rules, no I/O and no imports
+//! from the rest of the crate.
+//!
+//! What a decompose reply asks for ([`Plan`]), who asked for an attempt ([`Origin`]), why one was
+//! not made ([`BeginRefusal`]), which failures concern the whole provider ([`ProviderFault`]), how
+//! long a card or the board waits afterwards ([`Backoff`]), and how one attempt ended
+//! ([`AttemptOutcome`]).
+
+pub mod backoff;
+pub mod fault;
+pub mod origin;
+pub mod outcome;
+pub mod plan;
+pub mod refusal;
+pub mod time;
+
+pub use backoff::{Backoff, MAX_BACKOFF};
+pub use fault::{FaultPause, ProviderFault, DEFAULT_RATE_LIMIT_PAUSE, MAX_RETRY_AFTER};
+pub use origin::Origin;
+pub use outcome::{Applied, AttemptOutcome};
+pub use plan::{ChildSpec, Plan};
+pub use refusal::BeginRefusal;

@@ -1,0 +1,28 @@
+//! Why an attempt was not made (and nothing was paid).
+
+use super::time::utc_ms;
+
+/// Why no attempt was recorded (and nothing paid).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BeginRefusal {
+    #[error("no such task: {0}")]
+    NoSuchTask(String),
+    #[error("task is not in triage (status {status}); nothing to decompose")]
+    NotInTriage { status: String },
+    #[error("parked after {attempts} failed attempts; decompose it by hand to try again")]
+    Parked { attempts: u32 },
+    #[error("in backoff until {}", utc_ms(*until_ms))]
+    InBackoff { until_ms: i64 },
+    #[error("created with --no-auto-decompose")]
+    OptedOut,
+    #[error("a human hold: {why}")]
+    Hold { why: String },
+    #[error("not scheduled for automatic decomposition")]
+    NotScheduled,
+    #[error("auto-decompose is paused until {}: {reason}", utc_ms(*until_ms))]
+    Paused { until_ms: i64, reason: String },
+    #[error(
+        "{calls} paid calls in the last hour reached kanban.decompose_calls_per_hour ({limit})"
+    )]
+    CeilingReached { calls: u64, limit: u32 },
+}
