@@ -195,7 +195,11 @@ pub fn judge_exit_code(what: &str, output: &CliOutput, expected: i32) {
 /// `specified` event, and `ok: false`.
 pub fn graph_not_applied(board: &Board, root_before: &Task, run: &Decomposition) -> Findings {
     let rows = board.rows();
-    let root = rows.task(&root_before.id);
+    let Some(root) = rows.find_task(&root_before.id) else {
+        let mut findings = Findings::new();
+        findings.that(false, || format!("the root {} is gone", root_before.id));
+        return findings;
+    };
     let applied_events: Vec<String> = rows
         .all_events(&root.id)
         .into_iter()

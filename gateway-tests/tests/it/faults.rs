@@ -69,7 +69,7 @@ fn failing_triage_card_is_not_rebilled_every_tick(
     let gateway = start_gateway(&board);
     // Bounded: a dispatcher blocked by this failure fails fast instead of waiting out minutes.
     window.first_bill(&board, &gateway, &doomed);
-    settle_budget(&board, &gateway, &mut window, &doomed);
+    settle_budget(&gateway, &mut window, &board, &doomed);
     window.prove_ticks_within(
         &board,
         &gateway,
@@ -109,7 +109,7 @@ fn rejected_fanout_writes_no_rows_and_is_not_rebilled_every_tick(
     let mut window = Window::start();
     let gateway = start_gateway(&board);
     window.first_bill(&board, &gateway, &root);
-    settle_budget(&board, &gateway, &mut window, &root);
+    settle_budget(&gateway, &mut window, &board, &root);
     window.prove_ticks_within(
         &board,
         &gateway,

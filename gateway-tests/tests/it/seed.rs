@@ -30,7 +30,7 @@ fn failing_triage_card_is_not_rebilled_every_tick(
     let mut window = Window::start();
     let gateway = start_gateway(&board);
     window.first_bill(&board, &gateway, &doomed);
-    settle_budget(&board, &gateway, &mut window, &doomed);
+    settle_budget(&gateway, &mut window, &board, &doomed);
     window.prove_ticks(&board, &gateway, PROBE_TICKS);
     let bills = aux.billed_for(&doomed);
     drop(gateway);
@@ -77,7 +77,7 @@ fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway(
     let status = rows.status(&root);
     let by_title: HashMap<String, String> = kids
         .iter()
-        .map(|kid| (rows.task(kid).title, kid.clone()))
+        .map(|kid| (rows.title(kid), kid.clone()))
         .collect();
     let id_of = |i: usize| by_title.get(&child_title(i)).cloned().unwrap_or_default();
     let mut titles: Vec<&String> = by_title.keys().collect();

@@ -42,13 +42,17 @@ pub fn span_of_ticks(target: &Target, ticks: usize) -> Duration {
     target.tick_interval().saturating_mul(ticks)
 }
 
+/// How long a failing card's target gets to spend the card's whole budget: far more than the
+/// reference needs with its short backoff (under 2 s), and several upstream ticks.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Gives a failing card's target time to spend the card's whole budget (up to
-/// [`blocked_probe_timeout`]), so that the ticks proven afterwards cover the moment a broken
-/// budget would bill once more. A target that backs off longer gets a window that says so.
-pub fn settle_budget(board: &Board, gateway: &Gateway, window: &mut Window, card: &str) {
+/// [`SETTLE_TIMEOUT`]), so that the ticks proven afterwards cover the moment a broken budget
+/// would bill once more. A target that backs off longer gets a window that says so.
+pub fn settle_budget(gateway: &Gateway, window: &mut Window, board: &Board, card: &str) {
     window.settle(
         gateway,
-        blocked_probe_timeout(board.target()),
+        SETTLE_TIMEOUT,
         &format!("{MAX_FAILED_ATTEMPTS} bills for {card}"),
         || board.aux().billed_for(card) >= MAX_FAILED_ATTEMPTS,
     );
