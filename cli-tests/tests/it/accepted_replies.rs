@@ -1,32 +1,27 @@
 //! Replies that must be applied: a fan-out with a sibling edge, JSON wrapped in code fences, a
 //! single-task promotion, and titles full of characters that break careless quoting.
 
-use fixtures::observe;
 use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
 use rstest::rstest;
 use serde_json::{json, Value};
 
-use crate::decompose_card;
+use crate::{decompose_card, Decomposition};
 
-/// The children's titles by id, in the order the `decomposed` event lists them.
-fn decomposed_child_ids(board: &Board, root: &str) -> Vec<String> {
-    let events = board.events(root, "decomposed");
-    assert_eq!(
-        events.len(),
-        1,
-        "exactly one decomposed event\n{}",
-        board.diag(root)
-    );
-    events[0].payload["child_ids"]
-        .as_array()
-        .map(|ids| {
-            ids.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
+/// The children the one `decomposed` event of `root` lists, in reply order (empty, with a
+/// finding, when there is not exactly one such event).
+fn decomposed_child_ids(board: &Board, root: &str, findings: &mut Findings) -> Vec<String> {
+    let events = board.rows().events(root, "decomposed");
+    findings.equal("decomposed events", &events.len(), &1);
+    events.first().map(Event::child_ids).unwrap_or_default()
+}
+
+/// The verdict that a decompose made exactly one request and said `ok`.
+fn judge_one_good_request(board: &Board, root: &str, run: &Decomposition) {
+    bound("requests for one decompose", board.aux().billed_for(root))
+        .exactly(1)
+        .context(|| run.output.to_string())
+        .gap(GapKind::NotOneRequest);
 }
 
 #[rstest]
@@ -37,44 +32,49 @@ fn three_child_graph_is_applied_with_its_sibling_edge(board: Board) {
 
     let run = decompose_card(&board, &root);
 
-    assert_eq!(run.ok(), Some(true), "{}", run.output);
-    assert_eq!(aux.billed_for(&root), 1, "one decompose, one request");
-    let children = decomposed_child_ids(&board, &root);
-    let titles: Vec<String> = children.iter().map(|id| board.task(id).title).collect();
-    assert_eq!(
-        titles,
-        ["child 0", "child 1", "child 2"],
-        "child_ids in reply order"
-    );
-    observe::record("child_rows", children.len(), Some(3));
-    let mut linked = board.children_of(&root);
+    judge_one_good_request(&board, &root, &run);
+    let rows = board.rows();
+    let mut findings = Findings::new();
+    findings.equal("ok", &run.ok(), &Some(true));
+    let children = decomposed_child_ids(&board, &root, &mut findings);
+    let titles: Vec<String> = children.iter().map(|id| rows.title(id)).collect();
+    let mut linked = rows.children_of(&root);
     linked.sort();
-    let mut expected = children.clone();
-    expected.sort();
-    assert_eq!(linked, expected, "every child is linked under the root");
-    assert!(
-        board.has_link(&children[0], &children[2]),
-        "declared dependency child 0 -> child 2 was not persisted\n{}",
-        board.diag(&root)
-    );
-    assert_eq!(
-        board.links().len(),
-        3 + 1,
-        "3 child->root links and 1 sibling edge"
-    );
-    assert_eq!(board.task_count(), 1 + 3);
-    let statuses: Vec<String> = children.iter().map(|id| board.task(id).status).collect();
-    assert_eq!(
-        statuses,
-        ["ready", "ready", "todo"],
-        "parent-free children are promoted; child 2 waits for child 0"
-    );
-    let root_row = board.task(&root);
-    assert_eq!(root_row.status, "todo", "the root waits for its children");
-    assert!(
-        root_row.assignee.is_some(),
-        "the root goes to the orchestrator"
-    );
+    let mut expected_linked = children.clone();
+    expected_linked.sort();
+    let statuses: Vec<String> = children.iter().map(|id| rows.status(id)).collect();
+    let root_row = rows.find_task(&root);
+    let root_status = root_row.as_ref().map(|row| row.status.clone());
+    findings
+        .equal(
+            "child titles in reply order",
+            &titles,
+            &(0..3).map(child_title).collect(),
+        )
+        .equal("children linked under the root", &linked, &expected_linked)
+        .that(
+            children.len() == 3 && rows.has_link(&children[0], &children[2]),
+            || "declared dependency child 0 -> child 2 was not persisted".to_owned(),
+        )
+        .equal("links (3 child->root, 1 sibling)", &rows.links().len(), &4)
+        .equal("task rows", &board.task_count(), &4)
+        .equal(
+            "child statuses (parent-free children promoted)",
+            &statuses,
+            &vec!["ready".to_owned(), "ready".to_owned(), "todo".to_owned()],
+        )
+        .equal(
+            "root status (waits for its children)",
+            &root_status.as_deref(),
+            &Some("todo"),
+        )
+        .that(root_row.is_some_and(|row| row.assignee.is_some()), || {
+            "the root goes to the orchestrator: no assignee".to_owned()
+        });
+    findings
+        .verdict("the fan-out is applied as replied")
+        .context(|| board.diag(&root))
+        .gap(GapKind::ReplyNotApplied);
     assert_rows_snapshot!(
         "fanout_three_children",
         "a valid 3-child fan-out where child 2 waits for child 0",
@@ -89,14 +89,7 @@ fn three_child_graph_is_applied_with_its_sibling_edge(board: Board) {
 fn json_inside_code_fences_is_accepted(#[case] template: &str, board: Board) {
     let aux = board.aux();
     let root = board.create("fenced reply", &["--triage"]);
-    let graph = json!({
-        "fanout": true,
-        "rationale": "split",
-        "tasks": [
-            {"title": "fenced 0", "body": "b0", "assignee": null, "parents": []},
-            {"title": "fenced 1", "body": "b1", "assignee": null, "parents": [0]},
-        ],
-    });
+    let graph = graph_value(2, &[(1, &[0])]);
     aux.reply(
         &root,
         Reply::text(template.replace("{graph}", &graph.to_string())),
@@ -104,13 +97,22 @@ fn json_inside_code_fences_is_accepted(#[case] template: &str, board: Board) {
 
     let run = decompose_card(&board, &root);
 
-    assert_eq!(run.ok(), Some(true), "{}", run.output);
-    assert_eq!(aux.billed_for(&root), 1);
-    let children = decomposed_child_ids(&board, &root);
-    observe::record("child_rows", children.len(), Some(2));
-    let titles: Vec<String> = children.iter().map(|id| board.task(id).title).collect();
-    assert_eq!(titles, ["fenced 0", "fenced 1"], "{}", board.diag(&root));
-    assert!(board.has_link(&children[0], &children[1]));
+    judge_one_good_request(&board, &root, &run);
+    let rows = board.rows();
+    let mut findings = Findings::new();
+    findings.equal("ok", &run.ok(), &Some(true));
+    let children = decomposed_child_ids(&board, &root, &mut findings);
+    let titles: Vec<String> = children.iter().map(|id| rows.title(id)).collect();
+    findings
+        .equal("child titles", &titles, &(0..2).map(child_title).collect())
+        .that(
+            children.len() == 2 && rows.has_link(&children[0], &children[1]),
+            || "declared dependency child 0 -> child 1 was not persisted".to_owned(),
+        );
+    findings
+        .verdict("the fenced fan-out is applied as replied")
+        .context(|| format!("{}\n{}", run.output, board.diag(&root)))
+        .gap(GapKind::ReplyNotApplied);
 }
 
 #[rstest]
@@ -120,40 +122,50 @@ fn single_task_promotion_retitles_and_leaves_triage(board: Board) {
         "rough idea",
         &["--triage", "--body", "something about notes"],
     );
-    aux.reply(
-        &root,
-        Reply::single(
-            "Write the release notes",
-            "List every user-visible change since 0.18, one line each.",
-        ),
-    );
+    let body = "Goal: list every user-visible change since 0.18, one line each.\n\
+                Done when: the notes are reviewed.";
+    aux.reply(&root, Reply::single("Write the release notes", body));
 
     let run = decompose_card(&board, &root);
 
-    assert_eq!(run.ok(), Some(true), "{}", run.output);
-    assert_eq!(aux.billed_for(&root), 1);
-    observe::record("child_rows", board.task_count() - 1, Some(0));
-    let row = board.task(&root);
-    assert_eq!(row.title, "Write the release notes");
-    assert_eq!(
-        row.body.as_deref(),
-        Some("List every user-visible change since 0.18, one line each.")
-    );
-    assert!(
-        row.status == "todo" || row.status == "ready",
-        "a promoted card leaves triage for todo (ready when parent-free), got {}",
-        row.status
-    );
-    assert!(row.assignee.is_some(), "a promoted card gets an assignee");
-    assert_eq!(board.task_count(), 1, "a single promotion creates no rows");
-    assert!(board.links().is_empty());
-    assert_eq!(
-        board.events(&root, "specified").len(),
-        1,
-        "{}",
-        board.diag(&root)
-    );
-    assert_eq!(run.line()["new_title"], json!("Write the release notes"));
+    judge_one_good_request(&board, &root, &run);
+    let rows = board.rows();
+    let Some(row) = rows.find_task(&root) else {
+        holds("the promoted card still exists", false)
+            .context(|| board.diag(&root))
+            .gap(GapKind::ReplyNotApplied);
+        return;
+    };
+    let mut findings = Findings::new();
+    findings
+        .equal("ok", &run.ok(), &Some(true))
+        .equal("title", &row.title.as_str(), &"Write the release notes")
+        .equal("body", &row.body.as_deref(), &Some(body))
+        .that(row.status == "todo" || row.status == "ready", || {
+            format!(
+                "a promoted card leaves triage for todo (ready when parent-free), got {}",
+                row.status
+            )
+        })
+        .that(row.assignee.is_some(), || {
+            "a promoted card gets an assignee".to_owned()
+        })
+        .equal("task rows", &board.task_count(), &1)
+        .equal("links", &rows.links().len(), &0)
+        .equal(
+            "specified events",
+            &rows.events(&root, "specified").len(),
+            &1,
+        )
+        .equal(
+            "the --json line's new_title",
+            &run.line()["new_title"],
+            &json!("Write the release notes"),
+        );
+    findings
+        .verdict("the single promotion is applied as replied")
+        .context(|| format!("{}\n{}", run.output, board.diag(&root)))
+        .gap(GapKind::ReplyNotApplied);
     assert_rows_snapshot!(
         "single_promotion",
         "a `fanout: false` reply retitles the card and moves it out of triage",
@@ -162,7 +174,7 @@ fn single_task_promotion_retitles_and_leaves_triage(board: Board) {
 }
 
 /// Titles (and bodies) that break string-built SQL, naive JSON and shell quoting, and
-/// multi-byte text.
+/// multi-byte text. Each is a valid title under the contract (at most 80 characters).
 const HOSTILE_TEXTS: [&str; 6] = [
     r#"He said "ship it" and left"#,
     "Robert'); DROP TABLE tasks;--",
@@ -181,35 +193,43 @@ fn hostile_titles_survive_into_child_rows(board: Board) {
     );
     let tasks: Vec<Value> = HOSTILE_TEXTS
         .iter()
-        .map(|text| json!({"title": text, "body": format!("body: {text}"), "assignee": null, "parents": []}))
+        .map(|text| {
+            let mut task = contract_task(text, json!([]));
+            task["body"] = Value::from(format!("body: {text}"));
+            task
+        })
         .collect();
-    aux.reply(
-        &root,
-        Reply::json(json!({"fanout": true, "rationale": "split", "tasks": tasks})),
-    );
+    aux.reply(&root, Reply::fanout(tasks));
 
     let run = decompose_card(&board, &root);
 
-    assert_eq!(run.ok(), Some(true), "{}", run.output);
-    assert_eq!(
-        board.task(&root).title,
-        r#"Robert'); DROP TABLE tasks;-- "quoted" 🚀"#,
-        "the root's own title survives `create`"
+    judge_one_good_request(&board, &root, &run);
+    let rows = board.rows();
+    let mut findings = Findings::new();
+    findings.equal("ok", &run.ok(), &Some(true)).equal(
+        "the root's own title",
+        &rows.title(&root).as_str(),
+        &r#"Robert'); DROP TABLE tasks;-- "quoted" 🚀"#,
     );
-    let children = decomposed_child_ids(&board, &root);
-    observe::record("child_rows", children.len(), Some(HOSTILE_TEXTS.len()));
+    let children = decomposed_child_ids(&board, &root, &mut findings);
     let stored: Vec<(String, Option<String>)> = children
         .iter()
         .map(|id| {
-            let task = board.task(id);
-            (task.title, task.body)
+            rows.find_task(id).map_or_else(
+                || ("<no such task>".to_owned(), None),
+                |task| (task.title, task.body),
+            )
         })
         .collect();
     let expected: Vec<(String, Option<String>)> = HOSTILE_TEXTS
         .iter()
         .map(|text| ((*text).to_owned(), Some(format!("body: {text}"))))
         .collect();
-    assert_eq!(stored, expected, "titles and bodies stored verbatim");
+    findings.equal("titles and bodies stored verbatim", &stored, &expected);
+    findings
+        .verdict("hostile titles are stored verbatim")
+        .context(|| board.diag(&root))
+        .gap(GapKind::ReplyNotApplied);
     assert_rows_snapshot!(
         "hostile_titles",
         "quotes, newlines, emoji and SQL metacharacters stored verbatim in child rows",

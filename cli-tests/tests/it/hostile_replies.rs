@@ -1,75 +1,57 @@
 //! Replies that must be rejected whole (SPEC B3 and §5): the card stays in triage with its
 //! title and body, no row is written but the attempt's own records, and exactly one request was
 //! paid for it.
+//!
+//! Each reply breaks the contract in exactly one way, named by its case; everything else about
+//! it is what the contract asks for (see `fixtures::aux_model`).
 
-use fixtures::observe;
 use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
 use rstest::rstest;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::{decompose_card, graph_not_applied};
 
-/// A fan-out reply with these `tasks` entries.
-fn fanout(tasks: Value) -> Reply {
-    Reply::json(json!({"fanout": true, "rationale": "split", "tasks": tasks}))
+/// Two contract tasks, `a` and `b`, waiting for `a_parents` and `b_parents`.
+fn pair(a_parents: serde_json::Value, b_parents: serde_json::Value) -> Reply {
+    Reply::fanout(vec![
+        contract_task("Write part a", a_parents),
+        contract_task("Write part b", b_parents),
+    ])
 }
 
-/// A well-formed child entry waiting for `parents`.
-fn child(title: &str, parents: Value) -> Value {
-    json!({"title": title, "body": format!("spec of {title}"), "assignee": null, "parents": parents})
+/// A contract task whose title is `title`, whatever it is.
+fn titled(title: &str) -> serde_json::Value {
+    contract_task(title, json!([]))
 }
 
 #[rstest]
-#[case::cycle(
-    "rejected_cycle",
-    "a parent cycle",
-    fanout(json!([child("a", json!([1])), child("b", json!([0]))]))
-)]
-#[case::self_parent(
-    "rejected_self_parent",
-    "a self-parent",
-    fanout(json!([child("a", json!([0])), child("b", json!([]))]))
-)]
-#[case::parent_out_of_range(
-    "rejected_parent_out_of_range",
-    "an out-of-range parent index",
-    fanout(json!([child("a", json!([])), child("b", json!([5]))]))
-)]
-#[case::parent_negative(
-    "rejected_parent_negative",
-    "a negative parent index",
-    fanout(json!([child("a", json!([])), child("b", json!([-1]))]))
-)]
-#[case::parent_not_integer(
-    "rejected_parent_not_integer",
-    "a non-integer parent index",
-    fanout(json!([child("a", json!([])), child("b", json!(["0"]))]))
-)]
+#[case::cycle("a parent cycle", pair(json!([1]), json!([0])))]
+#[case::self_parent("a self-parent", pair(json!([0]), json!([])))]
+#[case::parent_out_of_range("an out-of-range parent index", pair(json!([]), json!([5])))]
+#[case::parent_at_task_count("a parent index equal to the task count", pair(json!([]), json!([2])))]
+#[case::parent_negative("a negative parent index", pair(json!([]), json!([-1])))]
+#[case::parent_not_integer("a non-integer parent index", pair(json!([]), json!(["0"])))]
 #[case::task_not_object(
-    "rejected_task_not_object",
     "a non-object task",
-    fanout(json!(["write the code", child("b", json!([]))]))
+    Reply::fanout(vec![json!("write the code"), titled("Write part b")])
 )]
 #[case::blank_title(
-    "rejected_blank_title",
     "a blank child title",
-    fanout(json!([child("a", json!([])), child("   ", json!([]))]))
+    Reply::fanout(vec![titled("Write part a"), titled("   ")])
 )]
-#[case::fanout_without_tasks(
-    "rejected_fanout_without_tasks",
-    "a fan-out with no tasks",
-    fanout(json!([]))
-)]
+#[case::fanout_without_tasks("a fan-out with no tasks", Reply::fanout(vec![]))]
 #[case::single_without_title_or_body(
-    "rejected_single_without_title_or_body",
     "a single promotion with neither title nor body",
-    Reply::json(json!({"fanout": false, "rationale": "nothing to say"}))
+    Reply::json(json!({
+        "fanout": false,
+        "rationale": "The card is one unit of work.",
+        "assignee": ROSTER_DEFAULT,
+    }))
 )]
-#[case::not_json("rejected_not_json", "a non-JSON", Reply::malformed())]
+#[case::not_json("a non-JSON", Reply::malformed())]
 fn rejected_reply_leaves_the_board_unchanged(
-    #[case] key: &str,
-    #[case] what: &str,
+    #[case] fault: &str,
     #[case] reply: Reply,
     board: Board,
 ) {
@@ -78,33 +60,31 @@ fn rejected_reply_leaves_the_board_unchanged(
         "an idea the decomposer may botch",
         &["--triage", "--body", "the original body"],
     );
-    let before = board.task(&root);
+    let before = board.rows().task(&root);
     aux.reply(&root, reply);
 
     let run = decompose_card(&board, &root);
 
-    let bills = aux.billed_for(&root);
-    observe::record("bills", bills, Some(1));
-    assert_eq!(bills, 1, "one decompose, one request\n{}", run.output);
-    if run.ok() == Some(false) {
-        let reason = run.line()["reason"].as_str().unwrap_or_default();
-        assert!(
-            !reason.trim().is_empty(),
-            "a failed decompose must say why\n{}",
-            run.output
-        );
-    }
-    known_gate(key, || {
-        graph_not_applied(&board, &before, &run).map_err(|applied| {
-            Gap::new(
-                GapKind::InvalidGraphApplied,
-                format!("{what} reply was applied: {applied}"),
-            )
-        })
-    });
+    graph_not_applied(&board, &before, &run)
+        .verdict("the reply is rejected whole")
+        .note(|| format!("{fault} reply was applied"))
+        .context(|| format!("{}\n{}", run.output, board.diag(&root)))
+        .gap(GapKind::InvalidGraphApplied);
+    bound("requests for one decompose", aux.billed_for(&root))
+        .exactly(1)
+        .context(|| run.output.to_string())
+        .gap(GapKind::NotOneRequest);
+    let reason = run.line()["reason"].as_str().unwrap_or_default();
+    holds(
+        "a failed decompose says why",
+        run.ok() != Some(false) || !reason.trim().is_empty(),
+    )
+    .context(|| run.output.to_string())
+    .gap(GapKind::UnclearRefusal);
+    let label = case_label().unwrap_or_default();
     assert_rows_snapshot!(
-        key,
-        format!("{what} reply: rejected whole, only the attempt's records change"),
+        format!("rejected_{label}"),
+        format!("{fault} reply: rejected whole, only the attempt's records change"),
         BoardRows::capture(&board, &[&root])
     );
 }

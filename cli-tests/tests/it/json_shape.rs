@@ -2,19 +2,31 @@
 //! `new_title`) and its exit codes: 0 when the card was decomposed, 1 when it was not, 2 for a
 //! usage error.
 
-use fixtures::observe;
 use fixtures::prelude::*;
 use fixtures::snapshot::{BoardRows, Redactor};
 use rstest::rstest;
 use serde_json::{json, Value};
 
-use crate::{assert_json_line_shape, decompose, decompose_all, decompose_card, exit_code_is};
+use crate::{decompose, decompose_all, decompose_card, judge_exit_code, judge_json_line_shape};
 
 /// The line redacted with the same numbering as the board's rows.
 fn redacted_line(board: &Board, root: &str, line: &Value) -> Value {
     let mut redactor = Redactor::new();
     BoardRows::capture_with(board, &[root], &mut redactor);
     redactor.value(line)
+}
+
+/// The ids a line's `child_ids` lists.
+fn child_ids(line: &Value) -> Vec<String> {
+    line["child_ids"]
+        .as_array()
+        .map(|ids| {
+            ids.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[rstest]
@@ -26,31 +38,42 @@ fn fanout_line_lists_the_children_in_reply_order(board: Board) {
     let run = decompose_card(&board, &root);
 
     let line = run.line();
-    assert_json_line_shape(line, &root);
-    assert_eq!(line["ok"], true, "{line}");
-    assert_eq!(line["fanout"], true, "{line}");
-    assert!(
-        line["new_title"].is_null(),
-        "a fan-out does not retitle: {line}"
-    );
-    let child_ids: Vec<String> = line["child_ids"]
-        .as_array()
-        .map(|ids| {
-            ids.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
+    judge_json_line_shape(line, &root);
+    let rows = board.rows();
+    let titles: Vec<String> = child_ids(line)
+        .iter()
+        .map(|id| {
+            rows.find_task(id)
+                .map(|task| task.title)
+                .unwrap_or_default()
         })
-        .unwrap_or_default();
-    observe::record("child_ids", child_ids.len(), Some(3));
-    let titles: Vec<String> = child_ids.iter().map(|id| board.task(id).title).collect();
-    assert_eq!(titles, ["child 0", "child 1", "child 2"], "{line}");
-    assert_eq!(
-        board.events(&root, "decomposed")[0].payload["child_ids"],
-        line["child_ids"],
-        "the line and the decomposed event agree"
-    );
-    assert_eq!(run.output.code, Some(0), "{}", run.output);
+        .collect();
+    let event_ids = rows
+        .events(&root, "decomposed")
+        .first()
+        .map(|event| event.payload["child_ids"].clone());
+    let mut findings = Findings::new();
+    findings
+        .equal("ok", &line["ok"], &json!(true))
+        .equal("fanout", &line["fanout"], &json!(true))
+        .that(line["new_title"].is_null(), || {
+            "a fan-out does not retitle".to_owned()
+        })
+        .equal(
+            "titles of child_ids",
+            &titles,
+            &(0..3).map(child_title).collect(),
+        )
+        .equal(
+            "the decomposed event's child_ids",
+            &event_ids,
+            &Some(line["child_ids"].clone()),
+        );
+    findings
+        .verdict("the fan-out line lists the children in reply order")
+        .context(|| run.output.to_string())
+        .gap(GapKind::WrongJsonLine);
+    judge_exit_code("a decomposed `kanban decompose ID`", &run.output, 0);
     assert_rows_snapshot!(
         "json_line_fanout",
         "the --json line of a 3-child fan-out",
@@ -64,20 +87,27 @@ fn single_line_carries_the_new_title(board: Board) {
     let root = board.create("rough", &["--triage"]);
     aux.reply(
         &root,
-        Reply::single("Tightened title", "The concrete spec."),
+        Reply::single(
+            "Tightened title",
+            "Goal: the concrete spec.\nDone when: it is reviewed.",
+        ),
     );
 
     let run = decompose_card(&board, &root);
 
     let line = run.line();
-    assert_json_line_shape(line, &root);
-    assert_eq!(line["ok"], true, "{line}");
-    assert_eq!(line["fanout"], false, "{line}");
-    assert_eq!(line["new_title"], json!("Tightened title"), "{line}");
-    let children = line["child_ids"].as_array().map_or(0, Vec::len);
-    observe::record("child_ids", children, Some(0));
-    assert_eq!(children, 0, "a single promotion has no children: {line}");
-    assert_eq!(run.output.code, Some(0), "{}", run.output);
+    judge_json_line_shape(line, &root);
+    let mut findings = Findings::new();
+    findings
+        .equal("ok", &line["ok"], &json!(true))
+        .equal("fanout", &line["fanout"], &json!(false))
+        .equal("new_title", &line["new_title"], &json!("Tightened title"))
+        .equal("child_ids", &child_ids(line).len(), &0);
+    findings
+        .verdict("the single line carries the new title")
+        .context(|| run.output.to_string())
+        .gap(GapKind::WrongJsonLine);
+    judge_exit_code("a promoted `kanban decompose ID`", &run.output, 0);
     assert_rows_snapshot!(
         "json_line_single",
         "the --json line of a single-task promotion",
@@ -94,22 +124,26 @@ fn failed_line_says_why_and_exits_1(board: Board) {
     let run = decompose_card(&board, &root);
 
     let line = run.line();
-    assert_json_line_shape(line, &root);
-    assert_eq!(line["ok"], false, "{line}");
-    assert_eq!(line["fanout"], false, "{line}");
-    assert!(
-        line["reason"]
-            .as_str()
-            .is_some_and(|reason| !reason.trim().is_empty()),
-        "a failure says why: {line}"
-    );
-    let children = line["child_ids"].as_array().map_or(0, Vec::len);
-    observe::record("child_ids", children, Some(0));
-    assert_eq!(children, 0, "a failure has no children: {line}");
-    assert!(line["new_title"].is_null(), "{line}");
-    known_gate("decompose_failure_exit_code", || {
-        exit_code_is(&run.output, "a failed `kanban decompose ID`", 1)
-    });
+    judge_json_line_shape(line, &root);
+    let mut findings = Findings::new();
+    findings
+        .equal("ok", &line["ok"], &json!(false))
+        .equal("fanout", &line["fanout"], &json!(false))
+        .that(
+            line["reason"]
+                .as_str()
+                .is_some_and(|reason| !reason.trim().is_empty()),
+            || "a failure says why: empty reason".to_owned(),
+        )
+        .equal("child_ids", &child_ids(line).len(), &0)
+        .that(line["new_title"].is_null(), || {
+            "a failure has no new title".to_owned()
+        });
+    findings
+        .verdict("the failed line says why")
+        .context(|| run.output.to_string())
+        .gap(GapKind::WrongJsonLine);
+    judge_exit_code("a failed `kanban decompose ID`", &run.output, 1);
     assert_rows_snapshot!(
         "json_line_failed",
         "the --json line of a decompose whose reply was not JSON",
@@ -128,29 +162,50 @@ fn sweep_prints_one_line_per_attempted_card_and_exits_1_on_a_failure(board: Boar
 
     let sweep = decompose_all(&board);
 
-    observe::record("lines", sweep.lines.len(), Some(2));
-    assert_eq!(
+    bound(
+        "--json lines of a sweep over two triage cards",
         sweep.lines.len(),
-        2,
-        "one line per triage card\n{}",
-        sweep.output
-    );
+    )
+    .exactly(2)
+    .context(|| sweep.output.to_string())
+    .gap(GapKind::WrongJsonLine);
+    let mut findings = Findings::new();
     for (card, ok) in [(&good, true), (&bad, false)] {
-        let Some(line) = sweep.line_for(card) else {
-            panic!("no line for {card}\n{}", sweep.output);
-        };
-        assert_json_line_shape(line, card);
-        assert_eq!(line["ok"], ok, "{line}");
+        match sweep.line_for(card) {
+            Some(line) => {
+                findings
+                    .that(json_line_ok(line, card), || {
+                        format!("the line for {card} has the wrong shape: {line}")
+                    })
+                    .equal(&format!("ok of {card}"), &line["ok"], &json!(ok));
+            }
+            None => {
+                findings.that(false, || format!("no line for {card}"));
+            }
+        }
     }
-    assert!(sweep.line_for(&done).is_none(), "{}", sweep.output);
-    assert_eq!(aux.billed_for(&done), 0);
-    known_gate("sweep_failure_exit_code", || {
-        exit_code_is(
-            &sweep.output,
-            "`kanban decompose --all` with a failed card",
-            1,
-        )
-    });
+    findings
+        .that(sweep.line_for(&done).is_none(), || {
+            "a line for the card not in triage".to_owned()
+        })
+        .equal(
+            "bills for the card not in triage",
+            &aux.billed_for(&done),
+            &0,
+        );
+    findings
+        .verdict("one line per attempted card")
+        .context(|| sweep.output.to_string())
+        .gap(GapKind::WrongJsonLine);
+    judge_exit_code(
+        "`kanban decompose --all` with a failed card",
+        &sweep.output,
+        1,
+    );
+}
+
+fn json_line_ok(line: &Value, card: &str) -> bool {
+    crate::json_line_shape(line, card).is_ok()
 }
 
 #[rstest]
@@ -162,24 +217,15 @@ fn usage_errors_exit_2_and_bill_nothing(#[case] args: &[&str], board: Board) {
 
     let run = decompose(&board, args);
 
-    observe::record("bills", aux.bills(), Some(0));
-    assert_eq!(
-        aux.bills(),
-        0,
-        "a usage error costs nothing\n{}",
-        run.output
-    );
-    assert!(
+    bound("requests for a usage error", aux.bills())
+        .at_most(0)
+        .context(|| run.output.to_string())
+        .gap(GapKind::BilledForNothing);
+    holds(
+        "a usage error says what is wrong on stderr",
         !run.output.stderr.trim().is_empty(),
-        "a usage error says what is wrong on stderr\n{}",
-        run.output
-    );
-    known_gate("decompose_usage_exit_code", || {
-        let command = ["kanban", "decompose"]
-            .iter()
-            .chain(args)
-            .copied()
-            .collect::<Vec<_>>();
-        exit_code_is(&run.output, &format!("`{}`", command.join(" ")), 2)
-    });
+    )
+    .context(|| run.output.to_string())
+    .gap(GapKind::UnclearRefusal);
+    judge_exit_code("`kanban decompose` with a usage error", &run.output, 2);
 }

@@ -2,9 +2,10 @@
 //! send, the cards that must cost nothing, racing processes and the sweep, judged by what the
 //! fake provider billed and by the rows left in `kanban.db`.
 //!
-//! Rows are also reviewed as insta snapshots (YAML, ids and timestamps redacted by
-//! `fixtures::snapshot`), so a behaviour change shows up as a snapshot diff. Snapshots are
-//! compared on the reference target only; see [`assert_rows_snapshot`] for why.
+//! Each bound is stated once, as a verdict (`fixtures::verdict`); rows are also reviewed as insta
+//! snapshots (YAML, ids and timestamps redacted by `fixtures::snapshot`), so a behaviour change
+//! shows up as a snapshot diff. Snapshots are compared on the reference target only; see
+//! [`assert_rows_snapshot`] for why.
 //!
 //! | module | concern |
 //! |---|---|
@@ -28,7 +29,7 @@ use serde_json::Value;
 /// author after `$USER`, adds audit comments) and where it has known gaps; committing its rows as
 /// snapshots would freeze those gaps as "reviewed", churn with every upstream release, and need an
 /// upstream install to review. So on other targets the same test runs the same invariant
-/// assertions — they carry the verdict everywhere — and the snapshot is skipped with a note.
+/// verdicts — they carry the judgement everywhere — and the snapshot is skipped with a note.
 macro_rules! assert_rows_snapshot {
     ($name:expr, $description:expr, $rows:expr $(,)?) => {{
         let rows = &$rows;
@@ -83,18 +84,13 @@ pub struct Decomposition {
 }
 
 impl Decomposition {
-    /// The one line a single-card decompose prints.
-    ///
-    /// # Panics
-    /// With the output when there is not exactly one line.
+    /// The one line a single-card decompose prints; `Null` when there is not exactly one, which
+    /// the shape verdict ([`judge_json_line_shape`]) then reports.
     pub fn line(&self) -> &Value {
+        static NO_LINE: Value = Value::Null;
         match self.lines.as_slice() {
             [line] => line,
-            _ => panic!(
-                "expected exactly one JSON line, got {}:\n{}",
-                self.lines.len(),
-                self.output
-            ),
+            _ => &NO_LINE,
         }
     }
 
@@ -163,7 +159,8 @@ pub fn json_lines(output: &CliOutput) -> Vec<Value> {
         .collect()
 }
 
-/// Fails when the process panicked, printed a traceback, was killed or timed out.
+/// Fails when the process panicked, printed a traceback, was killed or timed out: a CLI that
+/// cannot answer at all is a broken harness run, not a verdict.
 pub fn assert_no_crash(output: &CliOutput) {
     assert!(!output.timed_out, "the CLI timed out:\n{output}");
     assert!(
@@ -182,90 +179,93 @@ pub fn assert_no_crash(output: &CliOutput) {
     }
 }
 
-/// `Err` describing the exit code when it is not `expected` (for the known-gap gate).
-pub fn exit_code_is(output: &CliOutput, what: &str, expected: i32) -> Result<(), Gap> {
-    if output.code == Some(expected) {
-        return Ok(());
-    }
-    let code = output
-        .code
-        .map_or_else(|| "no code".to_owned(), |code| code.to_string());
-    Err(Gap::new(
-        GapKind::WrongExitCode,
-        format!("{what} exited with {code}, expected {expected}\n{output}"),
-    ))
+/// The verdict on a command's exit code: `what` names the command, the bound is `expected`.
+pub fn judge_exit_code(what: &str, output: &CliOutput, expected: i32) {
+    holds(
+        format!("{what} exits {expected}"),
+        output.code == Some(expected),
+    )
+    .note(|| format!("exited with {}, expected {expected}", output.code_text()))
+    .context(|| output.to_string())
+    .gap(GapKind::WrongExitCode);
 }
 
-/// Checks that a decompose left the board as it was except for attempt records: no task but the
-/// root, no link, the root still in triage with its title, body and assignee, no `decomposed` or
-/// `specified` event, and `ok: false`. `Err` lists what was applied, child rows first.
-pub fn graph_not_applied(
-    board: &Board,
-    root_before: &Task,
-    run: &Decomposition,
-) -> Result<(), String> {
-    let root = board.task(&root_before.id);
-    let child_rows = board.task_count().saturating_sub(1);
-    let links = board.links().len();
-    let applied_events: Vec<String> = board
+/// What a decompose that must be rejected whole may not leave behind: no task but the root, no
+/// link, the root still in triage with its title, body and assignee, no `decomposed` or
+/// `specified` event, and `ok: false`.
+pub fn graph_not_applied(board: &Board, root_before: &Task, run: &Decomposition) -> Findings {
+    let rows = board.rows();
+    let Some(root) = rows.find_task(&root_before.id) else {
+        let mut findings = Findings::new();
+        findings.that(false, || format!("the root {} is gone", root_before.id));
+        return findings;
+    };
+    let applied_events: Vec<String> = rows
         .all_events(&root.id)
         .into_iter()
         .filter(|event| event.kind == "decomposed" || event.kind == "specified")
         .map(|event| event.kind)
         .collect();
-    let unchanged = child_rows == 0
-        && links == 0
-        && root.status == "triage"
-        && root.title == root_before.title
-        && root.body == root_before.body
-        && root.assignee == root_before.assignee
-        && applied_events.is_empty()
-        && run.ok() == Some(false);
-    if unchanged {
-        return Ok(());
-    }
-    Err(format!(
-        "{child_rows} child rows, {links} links, root status {:?}, title {:?}, events {applied_events:?}, \
-         ok={:?}\n{}",
-        root.status,
-        root.title,
-        run.ok(),
-        board.diag(&root.id)
-    ))
+    let mut findings = Findings::new();
+    findings
+        .equal("child rows", &board.task_count().saturating_sub(1), &0)
+        .equal("links", &rows.links().len(), &0)
+        .equal("root status", &root.status, &root_before.status)
+        .equal("root title", &root.title, &root_before.title)
+        .equal("root body", &root.body, &root_before.body)
+        .equal("root assignee", &root.assignee, &root_before.assignee)
+        .equal("applied events", &applied_events, &Vec::new())
+        .equal("ok", &run.ok(), &Some(false));
+    findings
 }
 
-/// Fails unless `line` is an object with exactly the documented keys, each of its documented
-/// type, about `task_id`.
-pub fn assert_json_line_shape(line: &Value, task_id: &str) {
+/// Whether `line` is an object with exactly the documented keys, each of its documented type,
+/// about `task_id`; `Err` says what is wrong.
+pub fn json_line_shape(line: &Value, task_id: &str) -> Result<(), String> {
     let Some(object) = line.as_object() else {
-        panic!("the --json line is not an object: {line}");
+        return Err(format!("the --json line is not an object: {line}"));
     };
+    let mut findings = Findings::new();
     let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
     keys.sort_unstable();
     let mut expected = JSON_LINE_KEYS.to_vec();
     expected.sort_unstable();
-    assert_eq!(keys, expected, "keys of the --json line {line}");
-    assert_eq!(line["task_id"], Value::from(task_id), "task_id of {line}");
-    assert!(line["ok"].is_boolean(), "ok must be a boolean: {line}");
-    assert!(
-        line["reason"].is_string(),
-        "reason must be a string: {line}"
-    );
-    assert!(
-        line["fanout"].is_boolean(),
-        "fanout must be a boolean: {line}"
-    );
     let child_ids_ok = match &line["child_ids"] {
         Value::Null => true,
         Value::Array(ids) => ids.iter().all(Value::is_string),
         _ => false,
     };
-    assert!(
-        child_ids_ok,
-        "child_ids must be null or a list of ids: {line}"
-    );
-    assert!(
-        line["new_title"].is_null() || line["new_title"].is_string(),
-        "new_title must be null or a string: {line}"
-    );
+    findings
+        .equal("keys", &keys, &expected)
+        .equal("task_id", &line["task_id"], &Value::from(task_id))
+        .that(line["ok"].is_boolean(), || {
+            "ok must be a boolean".to_owned()
+        })
+        .that(line["reason"].is_string(), || {
+            "reason must be a string".to_owned()
+        })
+        .that(line["fanout"].is_boolean(), || {
+            "fanout must be a boolean".to_owned()
+        })
+        .that(child_ids_ok, || {
+            "child_ids must be null or a list of ids".to_owned()
+        })
+        .that(
+            line["new_title"].is_null() || line["new_title"].is_string(),
+            || "new_title must be null or a string".to_owned(),
+        );
+    if findings.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} in {line}", findings.wrong().join("; ")))
+    }
+}
+
+/// The verdict on the shape of a `--json` line.
+pub fn judge_json_line_shape(line: &Value, task_id: &str) {
+    check(
+        "the --json line has the documented keys and types",
+        json_line_shape(line, task_id),
+    )
+    .gap(GapKind::WrongJsonLine);
 }

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use fixtures::observe;
 use fixtures::prelude::*;
 
 use crate::{assert_no_crash, json_lines};
@@ -39,40 +38,38 @@ fn two_racing_decomposes_apply_exactly_one_graph(board: Board) {
     for output in &outputs {
         assert_no_crash(output);
     }
+    let rows = board.rows();
     let successes = outputs
         .iter()
         .flat_map(json_lines)
         .filter(|line| line["ok"] == true)
         .count();
-    let graphs = board.events(&root, "decomposed").len();
-    observe::record("graphs_applied", graphs, Some(1));
-    let transcript = format!("{}\n{}\n{}", outputs[0], outputs[1], board.diag(&root));
-    assert_eq!(graphs, 1, "exactly one graph is applied\n{transcript}");
-    assert_eq!(
-        board.children_of(&root).len(),
-        3,
-        "one graph's children, linked under the root\n{transcript}"
-    );
-    assert_eq!(
-        board.task_count(),
-        1 + 3,
-        "no second set of child rows\n{transcript}"
-    );
-    assert_eq!(
-        board.links().len(),
-        3 + 1,
-        "one graph's links\n{transcript}"
-    );
-    assert_eq!(
-        successes, 1,
-        "exactly one process reports success\n{transcript}"
-    );
-    let bills = aux.billed_for(&root);
+    let transcript = || format!("{}\n{}\n{}", outputs[0], outputs[1], board.diag(&root));
+    bound(
+        "graphs applied by two racing decomposes",
+        rows.events(&root, "decomposed").len(),
+    )
+    .exactly(1)
+    .context(transcript)
+    .gap(GapKind::DoubleApply);
+    let mut findings = Findings::new();
+    findings
+        .equal(
+            "children linked under the root",
+            &rows.children_of(&root).len(),
+            &3,
+        )
+        .equal("task rows", &board.task_count(), &4)
+        .equal("links", &rows.links().len(), &4)
+        .equal("processes reporting success", &successes, &1);
+    findings
+        .verdict("one graph's rows, one success")
+        .context(transcript)
+        .gap(GapKind::DoubleApply);
     // Two requests mean both processes got past their triage check before either applied; one
     // means the target turned the second away earlier. Either is within the bound.
-    eprintln!("note: the racing processes made {bills} requests");
-    assert!(
-        (1..=2).contains(&bills),
-        "each process makes at most its one attempt: {bills} requests\n{transcript}"
-    );
+    bound("requests by two racing decomposes", aux.billed_for(&root))
+        .at_most(2)
+        .context(transcript)
+        .gap(GapKind::NotOneRequest);
 }

@@ -3,53 +3,13 @@
 //! bounds on hostile provider bodies (1 MiB cap, cut streams, transient retries). The `external`
 //! nextest profile leaves this module out by name.
 
-use fixtures::observe;
 use fixtures::prelude::*;
 use fixtures::snapshot::{BoardRows, Redactor};
 use rstest::rstest;
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use crate::{decompose_all, decompose_card, graph_not_applied};
-
-/// The card's attempt record (`hermes_decompose_state`), if it has one.
-fn decompose_state(board: &Board, card: &str) -> Option<Map<String, Value>> {
-    board
-        .query(
-            "SELECT * FROM hermes_decompose_state WHERE task_id = ?1",
-            [card],
-        )
-        .into_iter()
-        .next()
-}
-
-/// Attempts counted on the card.
-fn attempts(board: &Board, card: &str) -> i64 {
-    decompose_state(board, card)
-        .and_then(|state| state.get("attempts").and_then(Value::as_i64))
-        .unwrap_or(0)
-}
-
-/// The card's ledger rows (one per HTTP request), oldest first.
-fn ledger(board: &Board, card: &str) -> Vec<Map<String, Value>> {
-    board.query(
-        "SELECT * FROM hermes_aux_ledger WHERE task_id = ?1 ORDER BY id",
-        [card],
-    )
-}
-
-/// Ledger outcomes of the card, oldest first.
-fn outcomes(board: &Board, card: &str) -> Vec<String> {
-    ledger(board, card)
-        .iter()
-        .map(|row| {
-            row.get("outcome")
-                .and_then(Value::as_str)
-                .unwrap_or("<none>")
-                .to_owned()
-        })
-        .collect()
-}
+use crate::{decompose_all, decompose_card, graph_not_applied, Decomposition};
 
 /// The rows of a scenario plus the card's attempt record and ledger, one redaction for all.
 #[derive(Serialize)]
@@ -63,11 +23,17 @@ impl AttemptRecords {
     fn capture(board: &Board, card: &str) -> AttemptRecords {
         let mut redactor = Redactor::new();
         let rows = BoardRows::capture_with(board, &[card], &mut redactor);
-        let decompose_state = decompose_state(board, card)
-            .map_or(Value::Null, |state| Value::Object(redactor.object(&state)));
-        let aux_ledger = ledger(board, card)
+        let decompose_state = board
+            .rows()
+            .decompose_state(card)
+            .map_or(Value::Null, |state| {
+                Value::Object(redactor.object(&state.columns))
+            });
+        let aux_ledger = board
+            .rows()
+            .ledger(card)
             .iter()
-            .map(|row| Value::Object(redactor.object(row)))
+            .map(|row| Value::Object(redactor.object(&row.columns)))
             .collect();
         AttemptRecords {
             rows,
@@ -82,15 +48,21 @@ fn shown_decompose_state(board: &Board, card: &str) -> Value {
     board.cli_json(["kanban", "show", card, "--json"])["task"]["decompose"].clone()
 }
 
-/// A failed attempt has exactly one `decompose_failed` event with this attempt number and origin.
-fn assert_failed_attempt_event(board: &Board, card: &str, attempt: i64, origin: &str) {
-    let failed = board.events(card, "decompose_failed");
-    assert!(
+/// Notes unless the card has exactly one `decompose_failed` event with this attempt number and
+/// origin.
+fn failed_attempt_event(
+    board: &Board,
+    card: &str,
+    attempt: i64,
+    origin: &str,
+    findings: &mut Findings,
+) {
+    let failed = board.rows().events(card, "decompose_failed");
+    findings.that(
         failed.iter().any(|event| {
             event.payload["attempt"] == json!(attempt) && event.payload["origin"] == json!(origin)
         }),
-        "a decompose_failed event for attempt {attempt} from {origin}\n{}",
-        board.diag(card)
+        || format!("no decompose_failed event for attempt {attempt} from {origin}"),
     );
 }
 
@@ -98,36 +70,40 @@ fn assert_failed_attempt_event(board: &Board, card: &str, attempt: i64, origin: 
 fn rejected_reply_is_a_recorded_failed_attempt(board: Board) {
     let aux = board.aux();
     let root = board.create("cyclic plans", &["--triage"]);
-    let before = board.task(&root);
+    let before = board.rows().task(&root);
     aux.reply(
         &root,
-        Reply::json(json!({"fanout": true, "rationale": "loop", "tasks": [
-            {"title": "a", "body": "", "assignee": null, "parents": [1]},
-            {"title": "b", "body": "", "assignee": null, "parents": [0]},
-        ]})),
+        Reply::fanout(vec![
+            contract_task("Write part a", json!([1])),
+            contract_task("Write part b", json!([0])),
+        ]),
     );
 
     let run = decompose_card(&board, &root);
 
-    assert_eq!(aux.billed_for(&root), 1);
-    if let Err(applied) = graph_not_applied(&board, &before, &run) {
-        panic!("a cyclic reply was applied: {applied}");
-    }
-    let counted = attempts(&board, &root);
-    observe::record(
-        "attempts_counted",
-        usize::try_from(counted).unwrap_or(0),
-        Some(1),
-    );
-    assert_eq!(counted, 1, "the attempt is counted\n{}", board.diag(&root));
-    let outcomes = outcomes(&board, &root);
-    assert_eq!(
-        outcomes.len(),
-        1,
-        "one ledger row per request: {outcomes:?}"
-    );
-    assert_ne!(outcomes[0], "in_flight", "the ledger row is closed");
-    assert_failed_attempt_event(&board, &root, 1, "manual");
+    bound("requests for one decompose", aux.billed_for(&root))
+        .exactly(1)
+        .gap(GapKind::NotOneRequest);
+    graph_not_applied(&board, &before, &run)
+        .verdict("a cyclic reply is rejected whole")
+        .context(|| board.diag(&root))
+        .gap(GapKind::InvalidGraphApplied);
+    bound("attempts counted", board.rows().attempts(&root))
+        .exactly(1)
+        .context(|| board.diag(&root))
+        .gap(GapKind::CallNotVisible);
+    let ledger = board.rows().ledger(&root);
+    let mut findings = Findings::new();
+    findings
+        .equal("ledger rows", &ledger.len(), &1)
+        .that(ledger.iter().all(|row| row.outcome != "in_flight"), || {
+            "a ledger row is left open".to_owned()
+        });
+    failed_attempt_event(&board, &root, 1, "manual", &mut findings);
+    findings
+        .verdict("the paid call is in the ledger and the events")
+        .context(|| board.diag(&root))
+        .gap(GapKind::CallNotVisible);
     assert_rows_snapshot!(
         "records_rejected_graph",
         "a cyclic reply: rows untouched; the attempt, its ledger row and a decompose_failed event recorded",
@@ -139,7 +115,7 @@ fn rejected_reply_is_a_recorded_failed_attempt(board: Board) {
 /// an HTTP failure and a reply that arrived whole but was rejected are both `failed` (the latter
 /// is money spent on an unusable answer, and a person reading `usage` must see it as such).
 #[rstest]
-fn usage_reports_every_paid_call(#[with("auxiliary: {transient_retries: 0}")] board: Board) {
+fn usage_reports_every_paid_call(#[with(Config::plain().retries(0))] board: Board) {
     let aux = board.aux();
     let good = board.create("splits fine", &["--triage"]);
     let broken = board.create("provider fails", &["--triage"]);
@@ -154,28 +130,41 @@ fn usage_reports_every_paid_call(#[with("auxiliary: {transient_retries: 0}")] bo
     let usage = board.cli_json(["kanban", "usage", "--json"]);
 
     let totals = &usage["totals"];
-    let calls = totals["calls"]
-        .as_u64()
-        .and_then(|n| usize::try_from(n).ok());
-    observe::record("calls_reported", calls.unwrap_or(0), Some(3));
-    assert_eq!(
-        calls,
-        Some(aux.bills()),
-        "usage counts what was billed: {usage}"
-    );
-    assert_eq!(totals["ok"], json!(1), "{usage}");
-    assert_eq!(totals["failed"], json!(2), "{usage}");
-    assert_eq!(usage["window"]["calls_last_hour"], json!(3), "{usage}");
+    bound("calls reported", totals["calls"].as_u64().unwrap_or(0))
+        .exactly(aux.bills())
+        .context(|| usage.to_string())
+        .gap(GapKind::CallNotVisible);
     let cards = usage["cards"].as_array().cloned().unwrap_or_default();
+    let mut findings = Findings::new();
+    findings
+        .equal("totals.ok", &totals["ok"], &json!(1))
+        .equal("totals.failed", &totals["failed"], &json!(2))
+        .equal(
+            "window.calls_last_hour",
+            &usage["window"]["calls_last_hour"],
+            &json!(3),
+        );
     for (card, ok, failed) in [(&good, 1, 0), (&broken, 0, 1), (&rejected, 0, 1)] {
-        let Some(entry) = cards.iter().find(|entry| entry["task_id"] == json!(card)) else {
-            panic!("no usage entry for {card}: {usage}");
-        };
-        assert_eq!(entry["calls"], json!(1), "{entry}");
-        assert_eq!(entry["attempts"], json!(1), "{entry}");
-        assert_eq!(entry["ok"], json!(ok), "{entry}");
-        assert_eq!(entry["failed"], json!(failed), "{entry}");
+        let entry = cards
+            .iter()
+            .find(|entry| entry["task_id"] == json!(card))
+            .cloned()
+            .unwrap_or(Value::Null);
+        findings.equal(
+            &format!("usage of {card} (calls, attempts, ok, failed)"),
+            &[
+                &entry["calls"],
+                &entry["attempts"],
+                &entry["ok"],
+                &entry["failed"],
+            ],
+            &[&json!(1), &json!(1), &json!(ok), &json!(failed)],
+        );
     }
+    findings
+        .verdict("usage judges each paid call by what it bought")
+        .context(|| usage.to_string())
+        .gap(GapKind::CallNotVisible);
     let mut redactor = Redactor::new();
     BoardRows::capture_with(&board, &[&good, &broken, &rejected], &mut redactor);
     assert_rows_snapshot!(
@@ -191,44 +180,60 @@ fn opted_out_card_is_left_to_people(board: Board) {
     let fresh = board.create("a fresh idea", &["--triage"]);
     let opted_out = board.create("hands off", &["--triage", "--no-auto-decompose"]);
     aux.reply(&opted_out, Reply::graph(2, &[]));
-    assert_eq!(
-        shown_decompose_state(&board, &opted_out)["opt_out"],
-        json!(true),
-        "show --json reports the opt-out"
-    );
+    let shown = shown_decompose_state(&board, &opted_out);
 
     let sweep = decompose_all(&board);
 
-    assert_eq!(aux.billed_for(&fresh), 1, "{}", sweep.output);
-    let swept = aux.billed_for(&opted_out);
-    observe::record("sweep_bills_for_opted_out", swept, Some(0));
-    assert_eq!(
-        swept, 0,
-        "the sweep never bills an opted-out card\n{}",
-        sweep.output
-    );
-    assert!(sweep.line_for(&opted_out).is_none(), "{}", sweep.output);
+    bound(
+        "sweep bills for the opted-out card",
+        aux.billed_for(&opted_out),
+    )
+    .at_most(0)
+    .context(|| sweep.output.to_string())
+    .gap(GapKind::HoldDecomposed);
+    let mut findings = Findings::new();
+    findings
+        .equal(
+            "show --json reports the opt-out",
+            &shown["opt_out"],
+            &json!(true),
+        )
+        .equal(
+            "sweep bills for the fresh card",
+            &aux.billed_for(&fresh),
+            &1,
+        )
+        .that(sweep.line_for(&opted_out).is_none(), || {
+            "the sweep reported the opted-out card".to_owned()
+        });
+    findings
+        .verdict("the sweep leaves the opted-out card alone")
+        .context(|| sweep.output.to_string())
+        .gap(GapKind::HoldDecomposed);
 
     let run = decompose_card(&board, &opted_out);
 
-    assert_eq!(
+    bound(
+        "requests of a person's decompose",
         aux.billed_for(&opted_out),
-        1,
-        "a person's decompose is one request"
+    )
+    .exactly(1)
+    .context(|| run.output.to_string())
+    .gap(GapKind::NotOneRequest);
+    let mut findings = Findings::new();
+    findings.equal("ok", &run.ok(), &Some(true)).equal(
+        "children",
+        &board.rows().children_of(&opted_out).len(),
+        &2,
     );
-    assert_eq!(run.ok(), Some(true), "{}", run.output);
-    assert_eq!(
-        board.children_of(&opted_out).len(),
-        2,
-        "{}",
-        board.diag(&opted_out)
-    );
+    findings
+        .verdict("a person's decompose of an opted-out card is applied")
+        .context(|| board.diag(&opted_out))
+        .gap(GapKind::ReplyNotApplied);
 }
 
 #[rstest]
-fn sweep_skips_a_card_in_backoff(
-    #[with("kanban: {decompose_backoff_seconds: 3600}")] board: Board,
-) {
+fn sweep_skips_a_card_in_backoff(#[with(Config::plain().backoff(3600.0))] board: Board) {
     let aux = board.aux();
     let doomed = board.create("never splits", &["--triage"]);
     aux.reply(&doomed, Reply::malformed());
@@ -236,91 +241,87 @@ fn sweep_skips_a_card_in_backoff(
     let first = decompose_all(&board);
     let second = decompose_all(&board);
 
-    let bills = aux.billed_for(&doomed);
-    observe::record("bills", bills, Some(1));
-    assert_eq!(
-        bills, 1,
-        "in backoff, the sweep does not bill it again\n{}\n{}",
-        first.output, second.output
-    );
-    assert!(
-        second.lines.is_empty(),
-        "nothing attempted, nothing printed\n{}",
-        second.output
-    );
-    assert_eq!(
-        second.output.code,
-        Some(0),
-        "nothing attempted is not a failure\n{}",
-        second.output
-    );
-    assert_eq!(
-        first.output.code,
-        Some(1),
-        "an attempted card failed\n{}",
-        first.output
-    );
+    bound("sweep bills for a card in backoff", aux.billed_for(&doomed))
+        .exactly(1)
+        .context(|| format!("{}\n{}", first.output, second.output))
+        .gap(GapKind::BackoffIgnored);
     let shown = shown_decompose_state(&board, &doomed);
-    assert_eq!(shown["attempts"], json!(1), "{shown}");
-    assert!(
-        shown["next_attempt_at"].is_number(),
-        "the card has a next due time: {shown}"
-    );
-    assert_failed_attempt_event(&board, &doomed, 1, "sweep");
+    let mut findings = Findings::new();
+    findings
+        .equal("lines of the second sweep", &second.lines.len(), &0)
+        .equal(
+            "exit code of the second sweep (nothing attempted)",
+            &second.output.code,
+            &Some(0),
+        )
+        .equal(
+            "exit code of the first sweep (a card failed)",
+            &first.output.code,
+            &Some(1),
+        )
+        .equal("attempts shown", &shown["attempts"], &json!(1))
+        .that(shown["next_attempt_at"].is_number(), || {
+            format!("the card has no next due time: {shown}")
+        });
+    failed_attempt_event(&board, &doomed, 1, "sweep", &mut findings);
+    findings
+        .verdict("the sweep records the failure and its next due time")
+        .context(|| format!("{}\n{}", first.output, second.output))
+        .gap(GapKind::BackoffIgnored);
 }
 
 #[rstest]
 fn sweep_budget_parks_a_card_and_a_person_may_still_try_once(
-    #[with("kanban: {decompose_max_attempts: 2, decompose_backoff_seconds: 0}")] board: Board,
+    #[with(Config::plain().max_attempts(2).backoff(0.0))] board: Board,
 ) {
     let aux = board.aux();
     let doomed = board.create("never splits", &["--triage"]);
     aux.reply(&doomed, Reply::malformed());
 
-    let sweeps: Vec<_> = (0..3).map(|_| decompose_all(&board)).collect();
+    let sweeps: Vec<Decomposition> = (0..3).map(|_| decompose_all(&board)).collect();
 
-    let swept = aux.billed_for(&doomed);
-    observe::record("sweep_bills", swept, Some(2));
-    let transcript: Vec<String> = sweeps
-        .iter()
-        .map(|sweep| sweep.output.to_string())
-        .collect();
-    assert_eq!(
-        swept,
-        2,
-        "the budget is 2 attempts\n{}",
-        transcript.join("\n")
-    );
-    assert!(
-        sweeps[2].lines.is_empty(),
-        "a parked card is not attempted\n{}",
-        sweeps[2].output
-    );
-    assert_eq!(
-        board.events(&doomed, "decompose_parked").len(),
-        1,
-        "{}",
-        board.diag(&doomed)
-    );
-    assert_eq!(
-        shown_decompose_state(&board, &doomed)["parked"],
-        json!(true)
-    );
-    assert_eq!(
-        board.task(&doomed).status,
-        "triage",
-        "a parked card stays in triage"
-    );
+    let transcript = || {
+        sweeps
+            .iter()
+            .map(|sweep| sweep.output.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    bound("sweep bills with a budget of 2", aux.billed_for(&doomed))
+        .exactly(2)
+        .context(transcript)
+        .gap(GapKind::RebilledEveryTick);
+    let mut findings = Findings::new();
+    findings
+        .equal("lines of the third sweep", &sweeps[2].lines.len(), &0)
+        .equal(
+            "decompose_parked events",
+            &board.rows().events(&doomed, "decompose_parked").len(),
+            &1,
+        )
+        .equal(
+            "parked, as shown",
+            &shown_decompose_state(&board, &doomed)["parked"],
+            &json!(true),
+        )
+        .equal("status", &board.rows().status(&doomed).as_str(), &"triage");
+    findings
+        .verdict("the spent budget parks the card in triage")
+        .context(transcript)
+        .gap(GapKind::RebilledEveryTick);
 
     let explicit = decompose_card(&board, &doomed);
 
-    assert_eq!(
-        aux.billed_for(&doomed),
-        3,
-        "a person's decompose of a parked card is exactly one request\n{}",
-        explicit.output
-    );
-    assert_eq!(explicit.ok(), Some(false), "{}", explicit.output);
+    bound("bills after a person's decompose", aux.billed_for(&doomed))
+        .exactly(3)
+        .context(|| explicit.output.to_string())
+        .gap(GapKind::NotOneRequest);
+    holds(
+        "a person's decompose of a parked card fails",
+        explicit.ok() == Some(false),
+    )
+    .context(|| explicit.output.to_string())
+    .gap(GapKind::ReplyNotApplied);
     assert_rows_snapshot!(
         "records_parked_then_explicit",
         "two failed sweeps park the card (budget 2); a third sweep skips it; an explicit decompose pays once more",
@@ -331,48 +332,58 @@ fn sweep_budget_parks_a_card_and_a_person_may_still_try_once(
 /// A valid 3-child graph whose reply body is over 1 MiB.
 fn oversized_graph() -> Reply {
     let padding = "x".repeat(400 * 1024);
-    Reply::json(json!({"fanout": true, "rationale": "padded", "tasks": [
-        {"title": "huge 0", "body": padding, "assignee": null, "parents": []},
-        {"title": "huge 1", "body": padding, "assignee": null, "parents": []},
-        {"title": "huge 2", "body": padding, "assignee": null, "parents": []},
-    ]}))
+    let tasks = (0..3)
+        .map(|i| {
+            let mut task = contract_task(&format!("Huge part {i}"), json!([]));
+            task["body"] = Value::from(padding.clone());
+            task
+        })
+        .collect();
+    Reply::fanout(tasks)
 }
 
-/// Common verdict of a hostile body: one attempt counted as failed, and no rows.
-fn assert_failed_without_rows(board: &Board, root_before: &Task, run: &crate::Decomposition) {
+/// The verdicts of a hostile body: one attempt counted as failed, and no rows.
+fn judge_failed_without_rows(board: &Board, root_before: &Task, run: &Decomposition) {
     let root = &root_before.id;
-    if let Err(applied) = graph_not_applied(board, root_before, run) {
-        panic!("a hostile reply was applied: {applied}");
-    }
-    assert_eq!(
-        attempts(board, root),
-        1,
-        "one attempt\n{}",
-        board.diag(root)
-    );
-    assert_failed_attempt_event(board, root, 1, "manual");
-    let outcomes = outcomes(board, root);
-    assert!(
+    graph_not_applied(board, root_before, run)
+        .verdict("a hostile body is not applied")
+        .context(|| format!("{}\n{}", run.output, board.diag(root)))
+        .gap(GapKind::HostileReplyApplied);
+    let mut findings = Findings::new();
+    findings.equal("attempts", &board.rows().attempts(root), &1);
+    failed_attempt_event(board, root, 1, "manual", &mut findings);
+    let outcomes: Vec<String> = board
+        .rows()
+        .ledger(root)
+        .into_iter()
+        .map(|row| row.outcome)
+        .collect();
+    findings.that(
         outcomes
             .iter()
             .all(|outcome| outcome != "ok" && outcome != "in_flight"),
-        "every request is closed as a failure: {outcomes:?}"
+        || format!("every request is closed as a failure: {outcomes:?}"),
     );
+    findings
+        .verdict("a hostile body is one failed attempt, recorded")
+        .context(|| board.diag(root))
+        .gap(GapKind::CallNotVisible);
 }
 
 #[rstest]
 fn reply_body_over_one_mib_is_refused(board: Board) {
     let aux = board.aux();
     let root = board.create("bait", &["--triage"]);
-    let before = board.task(&root);
+    let before = board.rows().task(&root);
     aux.reply(&root, oversized_graph());
 
     let run = decompose_card(&board, &root);
 
-    let bills = aux.billed_for(&root);
-    observe::record("bills", bills, Some(1));
-    assert_eq!(bills, 1, "an oversized body is not retried\n{}", run.output);
-    assert_failed_without_rows(&board, &before, &run);
+    bound("requests for an oversized body", aux.billed_for(&root))
+        .exactly(1)
+        .context(|| run.output.to_string())
+        .gap(GapKind::NotOneRequest);
+    judge_failed_without_rows(&board, &before, &run);
     assert_rows_snapshot!(
         "records_oversized_body",
         "a reply body over 1 MiB: cut off, counted as a failed attempt, no rows",
@@ -381,24 +392,19 @@ fn reply_body_over_one_mib_is_refused(board: Board) {
 }
 
 #[rstest]
-fn stream_cut_before_done_fails_without_rows(
-    #[with("auxiliary: {transient_retries: 0}")] board: Board,
-) {
+fn stream_cut_before_done_fails_without_rows(#[with(Config::plain().retries(0))] board: Board) {
     let aux = board.aux();
     let root = board.create("cut short", &["--triage"]);
-    let before = board.task(&root);
-    let graph = json!({"fanout": true, "rationale": "split", "tasks": [
-        {"title": "streamed 0", "body": "b", "assignee": null, "parents": []},
-        {"title": "streamed 1", "body": "b", "assignee": null, "parents": []},
-    ]});
-    aux.reply(&root, Reply::cut_stream(graph.to_string()));
+    let before = board.rows().task(&root);
+    aux.reply(&root, Reply::cut_stream(graph_value(2, &[]).to_string()));
 
     let run = decompose_card(&board, &root);
 
-    let bills = aux.billed_for(&root);
-    observe::record("bills", bills, Some(1));
-    assert_eq!(bills, 1, "{}", run.output);
-    assert_failed_without_rows(&board, &before, &run);
+    bound("requests for a cut stream", aux.billed_for(&root))
+        .exactly(1)
+        .context(|| run.output.to_string())
+        .gap(GapKind::NotOneRequest);
+    judge_failed_without_rows(&board, &before, &run);
     assert_rows_snapshot!(
         "records_cut_stream",
         "an SSE stream that ends before its finish reason and [DONE]: a failed attempt, no rows",
@@ -407,37 +413,35 @@ fn stream_cut_before_done_fails_without_rows(
 }
 
 #[rstest]
-#[case::default_retries("records_http_500_two_retries", 2)]
-#[case::no_retries("records_http_500_no_retries", 0)]
-fn http_500_is_retried_within_one_attempt(#[case] name: &str, #[case] retries: usize) {
-    let board = Board::new(&format!("auxiliary: {{transient_retries: {retries}}}"));
+#[case::two_retries(2)]
+#[case::no_retries(0)]
+fn http_500_is_retried_within_one_attempt(#[case] retries: u32) {
+    let board = Board::new(Config::plain().retries(retries));
     let aux = board.aux();
     let root = board.create("flaky provider", &["--triage"]);
-    let before = board.task(&root);
+    let before = board.rows().task(&root);
     aux.reply(&root, Reply::http_error(500, "upstream exploded"));
 
     let run = decompose_card(&board, &root);
 
-    let bills = aux.billed_for(&root);
-    observe::record("bills", bills, Some(retries + 1));
-    assert_eq!(
-        bills,
-        retries + 1,
-        "transient_retries: {retries} means {} requests in the one attempt\n{}",
-        retries + 1,
-        run.output
-    );
-    assert_eq!(
-        ledger(&board, &root).len(),
-        retries + 1,
-        "one ledger row per request"
-    );
-    assert_failed_without_rows(&board, &before, &run);
+    let requests = retries as usize + 1;
+    bound("requests in the one attempt", aux.billed_for(&root))
+        .exactly(requests)
+        .note(|| board.setting(Setting::Retries))
+        .context(|| run.output.to_string())
+        .gap(GapKind::NotOneRequest);
+    bound(
+        "ledger rows of the one attempt",
+        board.rows().ledger(&root).len(),
+    )
+    .exactly(requests)
+    .gap(GapKind::CallNotVisible);
+    judge_failed_without_rows(&board, &before, &run);
+    let label = case_label().unwrap_or_default();
     assert_rows_snapshot!(
-        name,
+        format!("records_http_500_{label}"),
         format!(
-            "HTTP 500 with auxiliary.transient_retries: {retries}: one attempt of {} requests",
-            retries + 1
+            "HTTP 500 with auxiliary.transient_retries: {retries}: one attempt of {requests} requests"
         ),
         AttemptRecords::capture(&board, &root)
     );

@@ -1,13 +1,12 @@
 //! Cards that must cost nothing: `kanban decompose ID` on an unknown id, a card not in triage or
 //! an archived card sends no request, changes no row, and says clearly why.
 
-use fixtures::observe;
 use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
 use regex::Regex;
 use rstest::rstest;
 
-use crate::{decompose, exit_code_is};
+use crate::{decompose, judge_exit_code};
 
 /// A card `decompose` must refuse before paying anything.
 #[derive(Debug, Clone, Copy)]
@@ -45,14 +44,10 @@ impl Refused {
 }
 
 #[rstest]
-#[case::unknown_id("zero_cost_unknown_id", Refused::UnknownId)]
-#[case::not_in_triage("zero_cost_not_in_triage", Refused::NotInTriage)]
-#[case::archived("zero_cost_archived", Refused::Archived)]
-fn cards_that_cannot_be_decomposed_cost_nothing(
-    #[case] name: &str,
-    #[case] refused: Refused,
-    board: Board,
-) {
+#[case::unknown_id(Refused::UnknownId)]
+#[case::not_in_triage(Refused::NotInTriage)]
+#[case::archived(Refused::Archived)]
+fn cards_that_cannot_be_decomposed_cost_nothing(#[case] refused: Refused, board: Board) {
     let aux = board.aux();
     let bystander = board.create("a bystander in triage", &["--triage"]);
     let card = refused.arrange(&board);
@@ -62,45 +57,45 @@ fn cards_that_cannot_be_decomposed_cost_nothing(
     crate::assert_no_crash(&plain);
     let json = decompose(&board, &[&card]);
 
-    let bills = aux.bills();
-    observe::record("bills", bills, Some(0));
-    assert_eq!(
-        bills, 0,
-        "a card that cannot be decomposed must cost nothing\n{plain}\n{}",
-        json.output
-    );
+    bound("requests for a card that cannot be decomposed", aux.bills())
+        .at_most(0)
+        .context(|| format!("{plain}\n{}", json.output))
+        .gap(GapKind::BilledForNothing);
     let rows_after = BoardRows::capture(&board, &[&card, &bystander]);
-    assert_eq!(
-        rows_after, rows_before,
-        "a refused decompose changes no row"
-    );
     let message = format!("{}\n{}", plain.stdout, plain.stderr);
-    if matches!(refused, Refused::UnknownId) {
-        assert!(
-            message.contains(&card),
-            "the message names the id it could not find\n{plain}"
+    let mut findings = Findings::new();
+    findings
+        .that(rows_after == rows_before, || {
+            "the refused decompose changed rows".to_owned()
+        })
+        .that(
+            !matches!(refused, Refused::UnknownId) || message.contains(&card),
+            || "the message does not name the id it could not find".to_owned(),
         );
-    }
     for pattern in refused.message_patterns() {
         let regex = Regex::new(pattern).expect("valid pattern");
-        assert!(
-            regex.is_match(&message),
-            "the message says why ({pattern}):\n{plain}"
-        );
+        findings.that(regex.is_match(&message), || {
+            format!("the message does not say why ({pattern})")
+        });
     }
     for line in &json.lines {
-        assert_eq!(line["ok"], false, "a refusal is not ok: {line}");
+        findings.that(line["ok"] == false, || {
+            format!("a refusal is not ok: {line}")
+        });
     }
-    known_gate("decompose_failure_exit_code", || {
-        exit_code_is(&plain, &format!("`kanban decompose` of {name}"), 1)?;
-        exit_code_is(
-            &json.output,
-            &format!("`kanban decompose --json` of {name}"),
-            1,
-        )
-    });
+    findings
+        .verdict("the refusal changes no row and says why")
+        .context(|| format!("{plain}\n{}", json.output))
+        .gap(GapKind::UnclearRefusal);
+    judge_exit_code("`kanban decompose ID` of a refused card", &plain, 1);
+    judge_exit_code(
+        "`kanban decompose ID --json` of a refused card",
+        &json.output,
+        1,
+    );
+    let label = case_label().unwrap_or_default();
     assert_rows_snapshot!(
-        name,
+        format!("zero_cost_{label}"),
         format!("{refused:?}: `kanban decompose ID` refused before any request; no row changed"),
         rows_after
     );

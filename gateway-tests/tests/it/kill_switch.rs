@@ -1,31 +1,29 @@
 //! `kanban.auto_decompose: false`, written while the gateway runs, stops paid calls from the
 //! next tick on, and turning it back on resumes them.
 
-use fixtures::observe;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{
-    await_left_triage, gateway_config, span_of_ticks, start_gateway, watch_count,
-};
+use crate::support::{span_of_ticks, start_gateway};
 use crate::PROBE_TICKS;
 
 /// Cards created while the switch is off: each would be billed on the next tick were it on.
 const CARDS_WHILE_OFF: usize = 2;
 
 #[rstest]
-fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(GATEWAY_CONFIG)] board: Board) {
+fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(Config::gateway())] board: Board) {
     let target = board.target();
     let aux = board.aux();
+    let mut window = Window::start();
     let gateway = start_gateway(&board);
-    prove_ticks(&board, &gateway, 1);
+    window.prove_ticks(&board, &gateway, 1);
 
-    board.write_config(&gateway_config("kanban:\n  auto_decompose: false\n"));
+    board.reconfigure(Config::gateway().kill_switch(false));
     let bills_at_flip = aux.bills();
     // A tick that read the old config just before the write selects its cards at its start;
     // two tick periods later every tick in progress began after the write. Nothing is in triage
     // meanwhile, so nothing may be billed either (counted with the watch below: bills only grow).
-    watch_count(&gateway, span_of_ticks(target, 1), || aux.bills());
+    window.watch(&gateway, span_of_ticks(target, 1));
     let waiting: Vec<String> = (0..CARDS_WHILE_OFF)
         .map(|i| board.create(&format!("idea while switched off {i}"), &["--triage"]))
         .collect();
@@ -33,14 +31,17 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(GATEWAY_CONFIG)] board
     // the target's ticks by the clock. The gateway is shown ticking before it (the probe above)
     // and after it (the same cards decomposed once the switch is back on), so the span was
     // ticks the gateway ran with the switch off.
-    let bills_while_off =
-        watch_count(&gateway, span_of_ticks(target, PROBE_TICKS), || aux.bills()) - bills_at_flip;
-    let still_waiting = waiting
+    window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    let bills_while_off = aux.bills() - bills_at_flip;
+    let left_triage: Vec<String> = waiting
         .iter()
-        .all(|card| board.task(card).status == "triage");
+        .filter(|card| board.rows().status(card) != "triage")
+        .cloned()
+        .collect();
 
-    board.write_config(GATEWAY_CONFIG);
-    await_left_triage(
+    board.reconfigure(Config::gateway());
+    let mut resumed = Window::start();
+    resumed.left_triage(
         &board,
         &gateway,
         &waiting,
@@ -48,25 +49,33 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(GATEWAY_CONFIG)] board
         "the waiting cards decomposed once the switch is back on",
     );
     drop(gateway);
-    observe::record("bills_while_switched_off", bills_while_off, Some(0));
 
-    assert_eq!(
-        bills_while_off,
-        0,
-        "paid calls while kanban.auto_decompose was false (bound 0), billed for {:?}",
-        &aux.billed_ids()[bills_at_flip..]
-    );
-    assert!(
-        still_waiting,
-        "a card left triage while auto-decompose was off\n{}",
-        waiting.iter().map(|c| board.diag(c)).collect::<String>()
-    );
-    for card in &waiting {
-        assert_eq!(
-            aux.billed_for(card),
-            1,
-            "one call per card once the switch is back on (bound 1)\n{}",
-            board.diag(card)
-        );
-    }
+    bound("bills while switched off", bills_while_off)
+        .at_most(0)
+        .over(&window)
+        .note(|| {
+            format!(
+                "billed for {:?}; {}",
+                &aux.billed_ids()[bills_at_flip..],
+                board.setting(Setting::KillSwitch)
+            )
+        })
+        .gap(GapKind::KillSwitchIgnored);
+    bound(
+        "cards that left triage while switched off",
+        left_triage.len(),
+    )
+    .at_most(0)
+    .over(&window)
+    .context(|| left_triage.iter().map(|card| board.diag(card)).collect())
+    .gap(GapKind::KillSwitchIgnored);
+    let bills_after: Vec<usize> = waiting.iter().map(|card| aux.billed_for(card)).collect();
+    bound(
+        "bills for the waiting cards once switched back on",
+        bills_after.iter().sum::<usize>(),
+    )
+    .exactly(CARDS_WHILE_OFF)
+    .over(&resumed)
+    .note(|| format!("one call per card expected, got {bills_after:?}"))
+    .gap(GapKind::KillSwitchIgnored);
 }

@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use fixtures::observe;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{await_left_triage, start_gateway, STOP_GRACE};
+use crate::support::{start_gateway, STOP_GRACE};
 
 /// Cards created while the second gateway starts.
 const CONTESTED_CARDS: usize = 3;
@@ -18,12 +17,13 @@ const SLOW_CALL_TICKS: u32 = 3;
 
 #[rstest]
 fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
-    #[with(GATEWAY_CONFIG)] board: Board,
+    #[with(Config::gateway())] board: Board,
 ) {
     let target = board.target();
     let aux = board.aux();
+    let mut window = Window::start();
     let first = start_gateway(&board);
-    prove_ticks(&board, &first, 1);
+    window.prove_ticks(&board, &first, 1);
 
     // A refused gateway never reports readiness, so none is awaited; its own log keeps its
     // output apart from the first one's.
@@ -46,38 +46,38 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
         target.readiness_timeout(),
         "the second gateway to exit",
     );
-    await_left_triage(
-        &board,
-        &first,
-        &contested,
-        target.first_bill_timeout(),
-        "the contested cards decomposed by the first gateway",
-    );
-    prove_ticks(&board, &first, 1);
+    window
+        .left_triage(
+            &board,
+            &first,
+            &contested,
+            target.first_bill_timeout(),
+            "the contested cards decomposed by the first gateway",
+        )
+        .prove_ticks(&board, &first, 1);
     let second_exit = second.exit();
     let second_log = second.log();
     drop(second);
     drop(first);
     let bills: Vec<usize> = contested.iter().map(|card| aux.billed_for(card)).collect();
-    observe::record(
-        "bills_per_contested_card_max",
-        bills.iter().copied().max().unwrap_or(0),
-        Some(1),
-    );
 
-    assert!(
-        refused.is_ok(),
-        "the second gateway on the same board kept running for {:?}\n{second_log}",
-        target.readiness_timeout()
-    );
     let exit = second_exit.map(|exit| (exit.code, exit.signal));
-    assert!(
-        matches!(exit, Some((Some(code), None)) if code != 0),
-        "the second gateway must exit with a non-zero code of its own, got {exit:?}\n{second_log}"
-    );
-    assert_eq!(
-        bills,
-        vec![1; CONTESTED_CARDS],
-        "each contested card billed once, by one dispatcher (bound 1 per card)"
-    );
+    holds(
+        "a second gateway on the same board exits with a non-zero code of its own",
+        refused.is_ok() && matches!(exit, Some((Some(code), None)) if code != 0),
+    )
+    .note(|| match &refused {
+        Ok(()) => format!("it ended with {exit:?}"),
+        Err(timeout) => format!("it kept running: {timeout}"),
+    })
+    .context(|| second_log.clone())
+    .gap(GapKind::SecondDispatcher);
+    bound(
+        "most bills for one contested card",
+        bills.iter().copied().max().unwrap_or(0),
+    )
+    .exactly(1)
+    .over(&window)
+    .note(|| format!("bills per contested card: {bills:?}"))
+    .gap(GapKind::SecondDispatcher);
 }

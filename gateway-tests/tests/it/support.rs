@@ -1,130 +1,24 @@
-//! Plumbing the gateway tests share: config composition, starting the gateway, bounded waits
-//! and the wording of the bounds. Verdicts stay in the tests.
+//! Plumbing the gateway tests share: starting the gateway, the timeouts of tests that expect a
+//! blocked dispatcher, and the verdicts several tests reach.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fixtures::board::deep_merge;
 use fixtures::prelude::*;
-use fixtures::wait::POLL_INTERVAL;
-use serde_norway::Value as Yaml;
 
-use crate::{MAX_FAILED_ATTEMPTS, PROBE_TICKS};
+use crate::MAX_FAILED_ATTEMPTS;
 
 /// How long SIGTERM may take before the guard escalates to SIGKILL: the contract's 5 s, plus a
 /// second of slack for process start-up noise. A target that ignores SIGTERM mid-call costs this
 /// much, not the guard's default 20 s.
 pub const STOP_GRACE: Duration = Duration::from_secs(6);
 
-/// The seed's gateway settings with `extra` (YAML) merged over them, `extra` winning.
-///
-/// # Panics
-/// When either text is not a YAML mapping: a typo in a test's own config.
-pub fn gateway_config(extra: &str) -> String {
-    let parse = |text: &str| match serde_norway::from_str::<Yaml>(text) {
-        Ok(Yaml::Null) => Yaml::Mapping(Default::default()),
-        Ok(value @ Yaml::Mapping(_)) => value,
-        Ok(other) => panic!("test config must be a YAML mapping, got {other:?}:\n{text}"),
-        Err(error) => panic!("test config is not YAML ({error}):\n{text}"),
-    };
-    let merged = deep_merge(parse(GATEWAY_CONFIG), parse(extra));
-    match serde_norway::to_string(&merged) {
-        Ok(text) => text,
-        Err(error) => panic!("cannot render the merged test config: {error}"),
-    }
-}
-
 /// Starts `gateway run` on `board` under a guard that stops it within [`STOP_GRACE`].
 ///
 /// # Panics
-/// With the log tail when the gateway cannot start or never gets ready.
+/// With the log tail when the gateway cannot start or never gets ready (the scenario cannot run
+/// at all).
 pub fn start_gateway(board: &Board) -> Gateway {
     Gateway::spawn(board.gateway_spec().stop_grace(STOP_GRACE))
-}
-
-/// Waits for the gateway's first paid call about `card`, and checks the gateway is still up.
-///
-/// # Panics
-/// When no call comes within the target's first-bill timeout, or the gateway exited.
-pub fn await_first_bill(board: &Board, gateway: &Gateway, card: &str) {
-    wait_until_or(
-        || !gateway.running() || board.aux().billed_for(card) >= 1,
-        board.target().first_bill_timeout(),
-        format!("the first paid auto-decompose call for {card}"),
-        || board.diag(card),
-    );
-    assert_running(gateway);
-}
-
-/// Waits until `count()` (bills of some kind) reaches `at_least`, and checks the gateway is
-/// still up.
-///
-/// # Panics
-/// When the count is not reached within the target's first-bill timeout, or the gateway exited.
-pub fn await_bills(
-    board: &Board,
-    gateway: &Gateway,
-    at_least: usize,
-    count: impl Fn() -> usize,
-    what: &str,
-) {
-    wait_until_or(
-        || !gateway.running() || count() >= at_least,
-        board.target().first_bill_timeout(),
-        format!("{at_least} paid auto-decompose call(s) for {what}"),
-        || {
-            format!(
-                "aux calls so far, by card: {:?}\ngateway log tail:\n{}",
-                board.aux().billed_ids(),
-                gateway.tail()
-            )
-        },
-    );
-    assert_running(gateway);
-}
-
-/// Waits until every card in `cards` has left triage, within `timeout`.
-///
-/// # Panics
-/// When one is still in triage when the time is up (with its diagnosis), or the gateway exited.
-pub fn await_left_triage(
-    board: &Board,
-    gateway: &Gateway,
-    cards: &[String],
-    timeout: Duration,
-    what: &str,
-) {
-    let in_triage = |card: &String| {
-        board
-            .try_task(card)
-            .is_none_or(|task| task.status == "triage")
-    };
-    let waited = try_wait_until(
-        || !gateway.running() || !cards.iter().any(in_triage),
-        timeout,
-        what,
-    );
-    assert_running(gateway);
-    if let Err(timeout) = waited {
-        let stuck: Vec<String> = cards.iter().filter(|c| in_triage(c)).cloned().collect();
-        let diagnoses: Vec<String> = stuck.iter().map(|card| board.diag(card)).collect();
-        panic!(
-            "{timeout}; still in triage: {stuck:?}\n{}",
-            diagnoses.join("\n")
-        );
-    }
-}
-
-/// Asserts the gateway process is still running.
-///
-/// # Panics
-/// With its exit and log tail when it is not.
-pub fn assert_running(gateway: &Gateway) {
-    if let Some(exit) = gateway.exit() {
-        panic!(
-            "the gateway exited ({exit}) while the test needed it\n{}",
-            gateway.tail()
-        );
-    }
 }
 
 /// How long one probe may stay in triage in a test where a blocked dispatcher is the failure
@@ -148,48 +42,61 @@ pub fn span_of_ticks(target: &Target, ticks: usize) -> Duration {
     target.tick_interval().saturating_mul(ticks)
 }
 
-/// Watches `count` for `span` (or until the gateway exits) and returns its last value.
-///
-/// This is not a sleep standing in for a condition: the condition is that nothing happens for
-/// the whole span, and the span itself is what is being waited out.
-pub fn watch_count(gateway: &Gateway, span: Duration, count: impl Fn() -> usize) -> usize {
-    let started = Instant::now();
-    while gateway.running() && started.elapsed() < span {
-        std::thread::sleep(POLL_INTERVAL);
-    }
-    count()
+/// How long a failing card's target gets to spend the card's whole budget: far more than the
+/// reference needs with its short backoff (under 2 s), and several upstream ticks.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Gives a failing card's target time to spend the card's whole budget (up to
+/// [`SETTLE_TIMEOUT`]), so that the ticks proven afterwards cover the moment a broken budget
+/// would bill once more. A target that backs off longer gets a window that says so.
+pub fn settle_budget(gateway: &Gateway, window: &mut Window, board: &Board, card: &str) {
+    window.settle(
+        gateway,
+        SETTLE_TIMEOUT,
+        &format!("{MAX_FAILED_ATTEMPTS} bills for {card}"),
+        || board.aux().billed_for(card) >= MAX_FAILED_ATTEMPTS,
+    );
 }
 
-/// The seed's rebill verdict: a card that cannot be decomposed, billed more than
-/// [`MAX_FAILED_ATTEMPTS`] times over [`PROBE_TICKS`] proven ticks.
-pub fn rebilled_every_tick(bills: usize, status: &str) -> Result<(), Gap> {
-    if bills > MAX_FAILED_ATTEMPTS {
-        return Err(Gap::new(
-            GapKind::RebilledEveryTick,
-            format!(
-                "doomed card billed {bills} aux decompose calls over >= {} dispatcher ticks \
-                 (bound {MAX_FAILED_ATTEMPTS}); status={status}",
-                PROBE_TICKS + 1
-            ),
-        ));
-    }
-    Ok(())
+/// The rebill verdict: a card that cannot be decomposed is billed at most
+/// [`MAX_FAILED_ATTEMPTS`] times over the window, with `settings` named in the target's terms.
+pub fn judge_rebill(
+    board: &Board,
+    what: &str,
+    card: &str,
+    bills: usize,
+    window: &Window,
+    settings: &[Setting],
+) {
+    bound(what, bills)
+        .at_most(MAX_FAILED_ATTEMPTS)
+        .over(window)
+        .note(|| {
+            let mut note = format!("status={}", board.rows().status(card));
+            for setting in settings {
+                note.push_str(&format!("; {}", board.setting(*setting)));
+            }
+            note
+        })
+        .context(|| board.diag(card))
+        .gap(GapKind::RebilledEveryTick);
 }
 
-/// Asserts that no graph was written for `card`: no child rows, no `decomposed` event.
-///
-/// # Panics
-/// With the card's diagnosis when a graph exists.
-pub fn assert_no_graph(board: &Board, card: &str) {
-    assert_eq!(
-        board.children_of(card),
-        Vec::<String>::new(),
-        "a failed decomposition wrote child rows\n{}",
-        board.diag(card)
-    );
-    assert!(
-        board.events(card, "decomposed").is_empty(),
-        "a failed decomposition left a `decomposed` event\n{}",
-        board.diag(card)
-    );
+/// The harness invariant every failed decomposition keeps on any sane target: no child rows, no
+/// links under the card, no `decomposed` event, and the card still in triage.
+pub fn judge_no_graph(board: &Board, card: &str) {
+    let rows = board.rows();
+    let mut findings = Findings::new();
+    findings
+        .equal("children", &rows.children_of(card), &Vec::new())
+        .equal(
+            "decomposed events",
+            &rows.events(card, "decomposed").len(),
+            &0,
+        )
+        .equal("status", &rows.status(card).as_str(), &"triage");
+    findings
+        .verdict("failed decomposition wrote no rows")
+        .context(|| board.diag(card))
+        .gap(GapKind::FailureWroteRows);
 }
