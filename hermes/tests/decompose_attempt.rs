@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hermes::config::Config;
 use hermes::core::{Applied, AttemptOutcome, ProviderFault};
-use hermes::decompose::attempt::{backoff, run_attempt, AttemptContext};
+use hermes::decompose::attempt::{backoff, run_attempt, AttemptContext, SHUTDOWN_ANSWER_WAIT};
 use hermes::store::{now_ms, BeginRefusal, DecomposeState, NewTask, Origin, Status, Store};
 use rstest::rstest;
 use rusqlite::{Connection, OpenFlags};
@@ -637,14 +637,19 @@ async fn shutdown_aborts_the_request_in_flight_and_records_it() {
 
     let flipped = Instant::now();
     stop.send(true).unwrap();
+    let bound = SHUTDOWN_ANSWER_WAIT + Duration::from_secs(2);
     let outcome = Seen::from(
-        tokio::time::timeout(Duration::from_secs(2), run)
+        tokio::time::timeout(bound, run)
             .await
-            .expect("the attempt did not stop within 2 s of shutdown")
+            .expect("the attempt did not stop within its shutdown wait")
             .unwrap()
             .unwrap(),
     );
-    assert!(flipped.elapsed() < Duration::from_secs(2));
+    let took = flipped.elapsed();
+    assert!(
+        took >= SHUTDOWN_ANSWER_WAIT && took < bound,
+        "stopped {took:?} after shutdown: the request on its way gets {SHUTDOWN_ANSWER_WAIT:?} to answer, then is aborted"
+    );
     assert!(!outcome.ok);
     assert!(outcome.reason.starts_with("aborted"), "{}", outcome.reason);
     let rows = board.ledger();
@@ -664,6 +669,90 @@ async fn shutdown_aborts_the_request_in_flight_and_records_it() {
         "the abort still counts: the request was sent"
     );
     assert_eq!(board.count("tasks"), 1, "no half-written graph");
+}
+
+/// Replies with `reply` after `after`, and says when each request has arrived.
+struct Slow {
+    arrived: mpsc::UnboundedSender<()>,
+    reply: ResponseTemplate,
+    after: Duration,
+}
+
+impl Respond for Slow {
+    fn respond(&self, _request: &Request) -> ResponseTemplate {
+        let _ = self.arrived.send(());
+        self.reply.clone().set_delay(self.after)
+    }
+}
+
+/// What landed while the gateway was shutting down.
+#[derive(Debug, Clone, Copy)]
+enum Landed {
+    /// A refusal: the board's pause must be recorded, or a restart pays for another probe.
+    Refusal,
+    /// A graph: it must be applied, or a restart pays for the card again.
+    Graph,
+}
+
+#[rstest]
+#[case::refusal(Landed::Refusal)]
+#[case::graph(Landed::Graph)]
+#[tokio::test]
+async fn an_answer_that_lands_while_shutting_down_is_recorded(#[case] landed: Landed) {
+    let (arrived, mut arrivals) = mpsc::unbounded_channel();
+    let reply = match landed {
+        Landed::Refusal => ResponseTemplate::new(402),
+        Landed::Graph => chat_reply(&three_child_graph()),
+    };
+    let server = provider(Slow {
+        arrived,
+        reply,
+        after: Duration::from_millis(800),
+    })
+    .await;
+    let board = Board::new("answered late");
+    let mut cfg = config(&server);
+    cfg.kanban.provider_cooldown = Duration::from_secs(900);
+    let ctx = context(cfg, &board);
+
+    let (stop, shutdown) = running();
+    let card = board.card.clone();
+    let run =
+        tokio::spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
+    tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
+        .await
+        .expect("the request never reached the provider");
+    let before = now_ms();
+    stop.send(true).unwrap();
+    let outcome = tokio::time::timeout(SHUTDOWN_ANSWER_WAIT + Duration::from_secs(2), run)
+        .await
+        .expect("the attempt did not end within its shutdown wait")
+        .unwrap()
+        .unwrap();
+    match landed {
+        Landed::Refusal => {
+            let seen = Seen::from(outcome);
+            assert_eq!(
+                seen.provider_fault,
+                Some(ProviderFault::Billing { status: 402 }),
+                "{seen:?}"
+            );
+            let pause = board.store().pause().unwrap();
+            assert!(
+                pause
+                    .as_ref()
+                    .is_some_and(|p| p.until_ms >= before + 899_000),
+                "the pause was recorded: {pause:?}"
+            );
+            assert_eq!(board.ledger()[0].outcome, "billing");
+        }
+        Landed::Graph => {
+            assert!(outcome.ok(), "{outcome:?}");
+            assert_eq!(board.count("tasks"), 4, "the paid graph was applied");
+            assert_eq!(board.ledger()[0].outcome, "ok");
+        }
+    }
+    assert_eq!(requests(&server).await.len(), 1);
 }
 
 #[tokio::test]

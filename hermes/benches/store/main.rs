@@ -296,7 +296,7 @@ fn ledger_row(criterion: &mut Criterion, board: &BenchBoard) -> anyhow::Result<(
                     attempt: 1,
                     try_no: 1,
                     started_at_ms: started,
-                    enforce_ceiling: None,
+                    guards: None,
                 };
                 let mut store = store.borrow_mut();
                 let recorded = store.ledger_open(&open).and_then(|id| {
