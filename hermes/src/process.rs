@@ -107,6 +107,20 @@ fn stat_fields(stat: &str) -> Option<(&str, &str)> {
     Some((fields.first()?, fields.get(19)?))
 }
 
+/// The token of the running process `pid` (of this host and pid namespace).
+#[cfg(test)]
+pub(crate) fn token_of(pid: u32) -> String {
+    let ours = Parsed::from(token()).expect("this process's token parses");
+    let start = start_time(pid).unwrap_or_else(|| UNKNOWN.to_owned());
+    format!("{VERSION}/{}/{}/{pid}/{start}", ours.host, ours.pid_ns)
+}
+
+/// A token of unknown liveness: a process on another host.
+#[cfg(test)]
+pub(crate) fn elsewhere_token() -> String {
+    format!("{VERSION}/another-host/{UNKNOWN}/1/1")
+}
+
 /// The token of a process that has exited: for tests that simulate a crash inside one process.
 #[cfg(test)]
 pub(crate) fn dead_token() -> String {

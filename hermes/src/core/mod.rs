@@ -21,7 +21,7 @@ pub use budget::{AttemptBudget, RetryDelay};
 pub use error::error_chain;
 pub use fault::{
     unreachable_pause, FaultPause, ProviderFault, UnreachablePause, DEFAULT_RATE_LIMIT_PAUSE,
-    MAX_RETRY_AFTER,
+    MAX_RETRY_AFTER, UNREACHABLE_MIN_PAUSE,
 };
 pub use origin::Origin;
 pub use outcome::{Applied, AttemptOutcome};

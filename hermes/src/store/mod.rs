@@ -6,6 +6,8 @@
 
 pub(crate) mod board;
 mod claims;
+#[cfg(test)]
+mod claims_tests;
 mod decompose;
 #[cfg(test)]
 mod decompose_tests;
