@@ -552,3 +552,101 @@ fn two_gateways_on_one_board_bill_each_card_once() {
     assert_eq!(one.stop(), Some(0));
     assert_eq!(two.stop(), Some(0));
 }
+
+/// The pause in force, as `kanban usage --json` shows it (unix seconds).
+fn pause_until(scratch: &Scratch) -> Option<f64> {
+    usage(scratch)["pause"]["until"].as_f64()
+}
+
+#[test]
+fn a_refusal_after_the_probe_window_costs_at_most_the_calls_already_in_flight() {
+    // Every answer is a 402 that takes longer than the gateway's 2 s probe window, so the
+    // gateway has fanned out (up to its per-tick slots) before the first refusal lands.
+    let provider = Provider::start(Duration::from_millis(2_500), 402);
+    let scratch = Scratch::new();
+    scratch.write_config(&format!(
+        "model:\n  base_url: {}\n  default: decomposer-test\n\
+         auxiliary:\n  transient_retries: 0\n  timeout_seconds: 30\n\
+         kanban:\n  dispatch_interval_seconds: 0.1\n  auto_decompose_per_tick: 3\n\
+         \x20 provider_cooldown_seconds: 120\n  decompose_backoff_seconds: 0\n",
+        provider.base_url()
+    ));
+    let cards: Vec<String> = (0..6)
+        .map(|i| scratch.create(&format!("card {i}"), &["--triage"]))
+        .collect();
+    let gateway = Gateway::start(&scratch);
+    wait_until(
+        "the first refusal's pause",
+        || pause_until(&scratch).is_some(),
+        || gateway.log(),
+    );
+    let first_pause = pause_until(&scratch);
+    // Every request already sent answers (with its own 402) within one more delay.
+    let in_flight = || {
+        cards
+            .iter()
+            .flat_map(|c| ledger_outcomes(&scratch.db(), c))
+            .filter(|o| o == "in_flight")
+            .count()
+    };
+    wait_until(
+        "the calls in flight to land",
+        || in_flight() == 0,
+        || gateway.log(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let bills = provider.bills().len();
+    assert!(
+        (1..=3).contains(&bills),
+        "a late refusal costs at most the calls already in flight (auto_decompose_per_tick: 3), \
+         not one per card: {bills} bills: {:?}",
+        provider.bills()
+    );
+    assert_eq!(
+        pause_until(&scratch),
+        first_pause,
+        "refusals of calls that were in flight together do not extend the pause"
+    );
+    let outcomes: Vec<String> = cards
+        .iter()
+        .flat_map(|c| ledger_outcomes(&scratch.db(), c))
+        .collect();
+    assert_eq!(outcomes.len(), bills);
+    assert!(outcomes.iter().all(|o| o == "billing"), "{outcomes:?}");
+    assert_eq!(gateway.stop(), Some(0));
+}
+
+#[test]
+fn a_sweep_first_closes_requests_a_dead_process_left_in_flight() {
+    let provider = Provider::start(Duration::ZERO, 200);
+    let scratch = Scratch::new();
+    scratch.write_config(&config(&provider.base_url(), ""));
+    let card = scratch.create("left in flight", &["--triage"]);
+    // What a process killed mid-call by an older build leaves: an open row and no claim.
+    let conn = Connection::open(scratch.db()).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn.execute(
+        "INSERT INTO hermes_aux_ledger (task_id, purpose, origin, attempt, try, started_at_ms, outcome)
+         VALUES (?1, 'decompose', 'gateway', 1, 1, 1, 'in_flight')",
+        [&card],
+    )
+    .unwrap();
+    drop(conn);
+
+    let sweep = scratch.run(&["kanban", "decompose", "--all", "--json"]);
+    assert_eq!(sweep.code, Some(0), "{sweep:#?}");
+    assert!(
+        sweep
+            .stderr
+            .contains("closed 1 ledger row(s) left in flight by a process that ended"),
+        "{}",
+        sweep.stderr
+    );
+    assert_eq!(ledger_outcomes(&scratch.db(), &card), ["unknown", "ok"]);
+    let usage = usage(&scratch);
+    assert_eq!(
+        (&usage["totals"]["calls"], &usage["totals"]["unknown"]),
+        (&json!(2), &json!(1)),
+        "{usage}"
+    );
+}

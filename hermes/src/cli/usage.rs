@@ -63,11 +63,19 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
     }
     for card in &report.cards {
         lines.push(format!(
-            "{}  {:>3} calls ({} ok, {} failed)  attempts {}{}  {}",
+            "{}  {:>3} calls ({} ok, {} failed{}{})  attempts {}{}  {}",
             card.task_id,
             card.calls,
             card.ok,
             card.failed,
+            match card.unknown {
+                0 => String::new(),
+                n => format!(", {n} unknown"),
+            },
+            match card.unreachable {
+                0 => String::new(),
+                n => format!("; {n} never reached the provider"),
+            },
             card.attempts,
             if card.parked { " PARKED" } else { "" },
             one_line(card.title.as_deref().unwrap_or("(card gone)"))

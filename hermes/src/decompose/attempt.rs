@@ -444,7 +444,7 @@ impl Tries<'_> {
     fn wait_before(&self, retry: u32, last: &AuxError) -> Result<Duration, String> {
         let jitter = f64::from(getrandom::u32().unwrap_or(u32::MAX / 2)) / f64::from(u32::MAX);
         let own = self.budget.delay.before(retry, jitter);
-        let asked = last.retry_after();
+        let asked = last.retry_after().map(|asked| asked.min(MAX_RETRY_AFTER));
         let wait = asked.map_or(own, |asked| asked.max(own));
         if self.budget.fits(self.started.elapsed(), wait) {
             return Ok(wait);

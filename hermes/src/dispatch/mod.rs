@@ -44,6 +44,10 @@ const _: () = assert!(SHUTDOWN_ANSWER_WAIT.as_secs() < SHUTDOWN_GRACE.as_secs())
 /// hung call must not hold the other cards back (B8).
 const PROBE_WINDOW: Duration = Duration::from_secs(2);
 
+/// The most attempts in flight at once, whatever `auto_decompose_per_tick` says: each holds a
+/// board connection and a socket, and a per-tick value in the billions must not exhaust either.
+const MAX_IN_FLIGHT: usize = 256;
+
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -347,7 +351,9 @@ impl Dispatcher {
             return;
         };
 
-        let per_tick = usize::try_from(kanban.auto_decompose_per_tick.max(1)).unwrap_or(usize::MAX);
+        let per_tick = usize::try_from(kanban.auto_decompose_per_tick.max(1))
+            .unwrap_or(usize::MAX)
+            .min(MAX_IN_FLIGHT);
         let mut slots = per_tick.saturating_sub(self.in_flight.len());
         if self.health == ProviderHealth::Unknown {
             match self.probe_started {
@@ -541,6 +547,28 @@ impl Dispatcher {
             AttemptOutcome::Failed { .. } | AttemptOutcome::LeftTriage { .. } => {
                 info!(card = %task_id, attempt = outcome.attempt(), "decompose attempt failed: {}", outcome.reason());
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn any_configured_tick_period_gives_a_working_timer() {
+        for period in [
+            Duration::from_nanos(1),
+            Duration::from_secs(86_401),
+            Duration::MAX,
+        ] {
+            let mut interval = new_interval(period);
+            // The first tick is immediate; a reset computes `now + period`, which must not
+            // overflow.
+            interval.tick().await;
+            interval.reset();
+            assert!(interval.period() <= MAX_TICK, "{period:?}");
+            assert!(interval.period() >= Duration::from_millis(1), "{period:?}");
         }
     }
 }
