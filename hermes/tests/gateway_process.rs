@@ -506,6 +506,12 @@ fn a_card_the_gateway_has_in_flight_is_paid_for_by_nobody_else() {
         by_hand.stderr
     );
     assert_eq!(by_hand.json()["ok"], json!(false));
+    let shown = scratch.ok(&["kanban", "show", &card]);
+    assert!(
+        shown.stdout.contains("in flight: attempt 1 (gateway, pid"),
+        "{}",
+        shown.stdout
+    );
     // A sweep: skips it.
     let sweep = scratch.run(&["kanban", "decompose", "--all", "--json"]);
     assert_eq!(sweep.stdout, "", "{sweep:#?}");

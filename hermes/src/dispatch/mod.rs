@@ -42,6 +42,12 @@ const _: () = assert!(SHUTDOWN_ANSWER_WAIT.as_secs() < SHUTDOWN_GRACE.as_secs())
 /// a time, so a provider-wide refusal costs one call, not one per card (B5). A request that has
 /// been in flight this long without a refusal is taken as proof the provider is answering: a
 /// hung call must not hold the other cards back (B8).
+///
+/// The bound this gives: a refusal (401/402/403/429) that arrives within the window costs that
+/// one call. One that arrives later costs at most the calls in flight when it lands, which is at
+/// most `auto_decompose_per_tick` (and [`MAX_IN_FLIGHT`]): the pause is recorded in the same
+/// transaction as the failure, every automatic request checks it before it leaves (retries
+/// included), and the refusals of calls that were already in flight do not extend it.
 const PROBE_WINDOW: Duration = Duration::from_secs(2);
 
 /// The most attempts in flight at once, whatever `auto_decompose_per_tick` says: each holds a
