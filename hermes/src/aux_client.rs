@@ -21,6 +21,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// How much of an error reply is read, only to log it: enough for a provider's message, not
 /// enough for a hostile one to cost memory or time.
 const ERROR_BODY_SNIPPET_BYTES: usize = 4 * 1024;
+/// The longest a connection may take to open.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long the error-reply reader may wait for that snippet.
 const ERROR_BODY_SNIPPET_WAIT: Duration = Duration::from_secs(2);
 
@@ -123,13 +126,20 @@ pub enum AuxError {
     /// another request).
     #[error("provider rejected the request (HTTP {status})")]
     Client { status: u16 },
-    /// 5xx.
+    /// 5xx, with the provider's `Retry-After` when it sent a readable one.
     #[error("provider failed (HTTP {status})")]
-    Server { status: u16 },
+    Server {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
     /// The whole exchange did not finish within the configured bound.
     #[error("no complete reply within {}s", .after.as_secs_f64())]
     Timeout { after: Duration },
-    /// The connection could not be made or broke off.
+    /// No connection could be made (refused, DNS, TLS handshake, connect timeout): the request
+    /// never reached the provider, so it cannot have been billed.
+    #[error("provider unreachable: {0}")]
+    Unreachable(String),
+    /// The connection broke after the request was sent: it may have been billed.
     #[error("transport error: {0}")]
     Transport(String),
     /// A reply arrived but holds no usable completion.
@@ -151,11 +161,27 @@ fn fmt_retry_after(retry_after: Option<Duration>) -> String {
 }
 
 impl AuxError {
-    /// Worth another try within the same attempt: 5xx and connection-level failures only.
+    /// Worth another try within the same attempt: 5xx and connections that broke off only.
     /// Timeouts are not (the provider may be hung, and another try costs another `timeout`),
-    /// nor 4xx (the same request would fail the same way), nor malformed or oversized replies.
+    /// nor 4xx (the same request would fail the same way), nor malformed or oversized replies,
+    /// nor a provider that cannot be reached (the whole board waits for it instead).
     pub fn is_transient(&self) -> bool {
         matches!(self, AuxError::Server { .. } | AuxError::Transport(_))
+    }
+
+    /// The request never reached the provider: it cannot have been billed.
+    pub fn is_undelivered(&self) -> bool {
+        matches!(self, AuxError::Unreachable(_))
+    }
+
+    /// How long the provider asked to wait before trying again, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            AuxError::Server { retry_after, .. } | AuxError::RateLimited { retry_after } => {
+                *retry_after
+            }
+            _ => None,
+        }
     }
 
     /// The provider-wide fault this error is, if any: every card pauses for it, not just one (B5).
@@ -176,9 +202,10 @@ impl AuxError {
             AuxError::Auth { status }
             | AuxError::Billing { status }
             | AuxError::Client { status }
-            | AuxError::Server { status } => Some(*status),
+            | AuxError::Server { status, .. } => Some(*status),
             AuxError::RateLimited { .. } => Some(429),
             AuxError::Timeout { .. }
+            | AuxError::Unreachable(_)
             | AuxError::Transport(_)
             | AuxError::Malformed(_)
             | AuxError::TooLarge { .. }
@@ -195,6 +222,7 @@ impl AuxError {
             AuxError::Client { .. } => "client_error",
             AuxError::Server { .. } => "server_error",
             AuxError::Timeout { .. } => "timeout",
+            AuxError::Unreachable(_) => "unreachable",
             AuxError::Transport(_) => "transport",
             AuxError::Malformed(_) => "malformed",
             AuxError::TooLarge { .. } => "too_large",
@@ -268,6 +296,9 @@ impl AuxClient {
 
         let http = reqwest::Client::builder()
             .user_agent(concat!("hermes/", env!("CARGO_PKG_VERSION")))
+            // A connection that cannot even be opened in this time is a provider that cannot be
+            // reached (nothing was sent), not a hung reply.
+            .connect_timeout(connect_timeout(settings.timeout))
             .default_headers(headers)
             // Following a redirect would be a second request inside one ledger row.
             .redirect(reqwest::redirect::Policy::none())
@@ -311,7 +342,7 @@ impl AuxClient {
             .body(body)
             .send()
             .await
-            .map_err(transport_error)?;
+            .map_err(send_error)?;
 
         let status = response.status();
         if !status.is_success() {
@@ -365,6 +396,12 @@ struct ParsedReply {
     streamed: bool,
 }
 
+/// Half the request's bound, at most [`MAX_CONNECT_TIMEOUT`]: a connect that takes longer than
+/// that is a host that does not answer.
+fn connect_timeout(timeout: Duration) -> Duration {
+    (timeout / 2).min(MAX_CONNECT_TIMEOUT)
+}
+
 fn chat_completions_url(base_url: &str) -> Result<reqwest::Url, AuxError> {
     let base = base_url.trim();
     if base.is_empty() {
@@ -381,6 +418,15 @@ fn chat_completions_url(base_url: &str) -> Result<reqwest::Url, AuxError> {
         other => Err(AuxError::InvalidSettings(format!(
             "model base URL {base:?} must be http or https, not {other}"
         ))),
+    }
+}
+
+/// An error before any reply arrived: no connection at all means nothing was delivered.
+fn send_error(err: reqwest::Error) -> AuxError {
+    let undelivered = err.is_connect();
+    match transport_error(err) {
+        AuxError::Transport(message) if undelivered => AuxError::Unreachable(message),
+        other => other,
     }
 }
 
@@ -403,14 +449,21 @@ fn status_error(status: u16, headers: &HeaderMap, now: SystemTime) -> AuxError {
         401 | 403 => AuxError::Auth { status },
         402 => AuxError::Billing { status },
         429 => AuxError::RateLimited {
-            retry_after: headers
-                .get(header::RETRY_AFTER)
-                .and_then(|value| value.to_str().ok())
-                .and_then(|value| parse_retry_after(value, now)),
+            retry_after: retry_after(headers, now),
         },
-        500..=599 => AuxError::Server { status },
+        500..=599 => AuxError::Server {
+            status,
+            retry_after: retry_after(headers, now),
+        },
         _ => AuxError::Client { status },
     }
+}
+
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    headers
+        .get(header::RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| parse_retry_after(value, now))
 }
 
 /// `Retry-After` as delay-seconds (integer or, leniently, fractional) or an HTTP date; a date in
@@ -835,10 +888,19 @@ mod tests {
                 Some(404),
             ),
             (
-                AuxError::Server { status: 503 },
+                AuxError::Server {
+                    status: 503,
+                    retry_after: None,
+                },
                 "server_error",
                 true,
                 Some(503),
+            ),
+            (
+                AuxError::Unreachable("connection refused".into()),
+                "unreachable",
+                false,
+                None,
             ),
             (
                 AuxError::Timeout {
@@ -858,6 +920,7 @@ mod tests {
             (AuxError::TooLarge { limit: 1 }, "too_large", false, None),
         ];
         for (error, outcome, transient, status) in cases {
+            assert_eq!(error.is_undelivered(), outcome == "unreachable", "{error}");
             assert_eq!(error.outcome(), outcome);
             assert_eq!(error.is_transient(), transient, "{error}");
             assert_eq!(error.http_status(), status, "{error}");

@@ -19,4 +19,5 @@ pub mod config;
 pub mod core;
 pub mod decompose;
 pub mod dispatch;
+pub mod process;
 pub mod store;

@@ -231,8 +231,20 @@ async fn each_status_class_maps_to_its_error() {
         (403, AuxError::Auth { status: 403 }),
         (404, AuxError::Client { status: 404 }),
         (400, AuxError::Client { status: 400 }),
-        (500, AuxError::Server { status: 500 }),
-        (503, AuxError::Server { status: 503 }),
+        (
+            500,
+            AuxError::Server {
+                status: 500,
+                retry_after: None,
+            },
+        ),
+        (
+            503,
+            AuxError::Server {
+                status: 503,
+                retry_after: None,
+            },
+        ),
     ];
     for (status, expected) in cases {
         let server = server_replying(
@@ -369,6 +381,24 @@ async fn done_then_an_open_connection_is_not_waited_on() {
 }
 
 #[tokio::test]
+async fn a_503_reads_retry_after() {
+    let server =
+        server_replying(ResponseTemplate::new(503).insert_header("Retry-After", "2")).await;
+    let err = send_to(&server).await.err();
+    assert_eq!(
+        err,
+        Some(AuxError::Server {
+            status: 503,
+            retry_after: Some(Duration::from_secs(2))
+        })
+    );
+    assert_eq!(
+        err.and_then(|e| e.retry_after()),
+        Some(Duration::from_secs(2))
+    );
+}
+
+#[tokio::test]
 async fn error_status_then_a_stalled_body_is_still_the_status_error() {
     // Debug logging on, so the error body is read (off the request's path) for the log.
     let subscriber = tracing_subscriber::fmt()
@@ -381,7 +411,13 @@ async fn error_status_then_a_stalled_body_is_still_the_status_error() {
     );
     let started = Instant::now();
     let result = send_with(settings(&server.base_url)).await;
-    assert_eq!(result, Err(AuxError::Server { status: 500 }));
+    assert_eq!(
+        result,
+        Err(AuxError::Server {
+            status: 500,
+            retry_after: None
+        })
+    );
     assert!(started.elapsed() < TIMEOUT, "waited on the error body");
 }
 
@@ -445,7 +481,7 @@ async fn endless_body_is_cut_off(content_type: &str) {
 }
 
 #[tokio::test]
-async fn connection_refused_is_a_transient_transport_error() {
+async fn connection_refused_is_unreachable_and_not_retried() {
     let port = match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
         Ok(addr) => addr.port(),
         Err(err) => panic!("cannot reserve a port: {err}"),
@@ -454,9 +490,49 @@ async fn connection_refused_is_a_transient_transport_error() {
     let err = send_with(settings(&format!("http://127.0.0.1:{port}/v1")))
         .await
         .err();
+    assert!(matches!(&err, Some(AuxError::Unreachable(_))), "{err:?}");
+    assert!(err.as_ref().is_some_and(AuxError::is_undelivered));
+    assert!(!err.as_ref().is_some_and(AuxError::is_transient));
+    assert_eq!(err.map(|e| e.outcome()), Some("unreachable"));
+}
+
+#[tokio::test]
+async fn an_unknown_host_is_unreachable() {
+    // `.invalid` never resolves (RFC 2606).
+    let err = send_with(settings("http://hermes-test.invalid/v1"))
+        .await
+        .err();
+    assert!(matches!(&err, Some(AuxError::Unreachable(_))), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_tls_handshake_failure_is_unreachable() {
+    // A plain-HTTP server spoken to over TLS: the handshake fails, nothing is delivered.
+    let server = server_replying(ResponseTemplate::new(200).set_body_json(chat_json("ok"))).await;
+    let base = server.uri().replace("http://", "https://");
+    let err = send_with(settings(&format!("{base}/v1"))).await.err();
+    assert!(matches!(&err, Some(AuxError::Unreachable(_))), "{err:?}");
+    let requests = server.received_requests().await.unwrap_or_default();
+    assert!(requests.is_empty(), "no request was delivered");
+}
+
+#[tokio::test]
+async fn a_connection_cut_after_the_request_is_a_transport_error_that_may_be_billed() {
+    // Reads the request, then closes without a reply: the provider may have billed it.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut buf = [0u8; 65536];
+            let _ = std::io::Read::read(&mut stream, &mut buf);
+        }
+    });
+    let err = send_with(settings(&format!("http://{addr}/v1")))
+        .await
+        .err();
     assert!(matches!(&err, Some(AuxError::Transport(_))), "{err:?}");
     assert!(err.as_ref().is_some_and(AuxError::is_transient));
-    assert_eq!(err.map(|e| e.outcome()), Some("transport"));
+    assert!(!err.as_ref().is_some_and(AuxError::is_undelivered));
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hermes::config::Config;
 use hermes::core::{Applied, AttemptOutcome, ProviderFault};
-use hermes::decompose::attempt::{backoff, run_attempt, AttemptContext};
+use hermes::decompose::attempt::{backoff, run_attempt, AttemptContext, SHUTDOWN_ANSWER_WAIT};
 use hermes::store::{now_ms, BeginRefusal, DecomposeState, NewTask, Origin, Status, Store};
 use rstest::rstest;
 use rusqlite::{Connection, OpenFlags};
@@ -637,14 +637,19 @@ async fn shutdown_aborts_the_request_in_flight_and_records_it() {
 
     let flipped = Instant::now();
     stop.send(true).unwrap();
+    let bound = SHUTDOWN_ANSWER_WAIT + Duration::from_secs(2);
     let outcome = Seen::from(
-        tokio::time::timeout(Duration::from_secs(2), run)
+        tokio::time::timeout(bound, run)
             .await
-            .expect("the attempt did not stop within 2 s of shutdown")
+            .expect("the attempt did not stop within its shutdown wait")
             .unwrap()
             .unwrap(),
     );
-    assert!(flipped.elapsed() < Duration::from_secs(2));
+    let took = flipped.elapsed();
+    assert!(
+        took >= SHUTDOWN_ANSWER_WAIT && took < bound,
+        "stopped {took:?} after shutdown: the request on its way gets {SHUTDOWN_ANSWER_WAIT:?} to answer, then is aborted"
+    );
     assert!(!outcome.ok);
     assert!(outcome.reason.starts_with("aborted"), "{}", outcome.reason);
     let rows = board.ledger();
@@ -664,6 +669,90 @@ async fn shutdown_aborts_the_request_in_flight_and_records_it() {
         "the abort still counts: the request was sent"
     );
     assert_eq!(board.count("tasks"), 1, "no half-written graph");
+}
+
+/// Replies with `reply` after `after`, and says when each request has arrived.
+struct Slow {
+    arrived: mpsc::UnboundedSender<()>,
+    reply: ResponseTemplate,
+    after: Duration,
+}
+
+impl Respond for Slow {
+    fn respond(&self, _request: &Request) -> ResponseTemplate {
+        let _ = self.arrived.send(());
+        self.reply.clone().set_delay(self.after)
+    }
+}
+
+/// What landed while the gateway was shutting down.
+#[derive(Debug, Clone, Copy)]
+enum Landed {
+    /// A refusal: the board's pause must be recorded, or a restart pays for another probe.
+    Refusal,
+    /// A graph: it must be applied, or a restart pays for the card again.
+    Graph,
+}
+
+#[rstest]
+#[case::refusal(Landed::Refusal)]
+#[case::graph(Landed::Graph)]
+#[tokio::test]
+async fn an_answer_that_lands_while_shutting_down_is_recorded(#[case] landed: Landed) {
+    let (arrived, mut arrivals) = mpsc::unbounded_channel();
+    let reply = match landed {
+        Landed::Refusal => ResponseTemplate::new(402),
+        Landed::Graph => chat_reply(&three_child_graph()),
+    };
+    let server = provider(Slow {
+        arrived,
+        reply,
+        after: Duration::from_millis(800),
+    })
+    .await;
+    let board = Board::new("answered late");
+    let mut cfg = config(&server);
+    cfg.kanban.provider_cooldown = Duration::from_secs(900);
+    let ctx = context(cfg, &board);
+
+    let (stop, shutdown) = running();
+    let card = board.card.clone();
+    let run =
+        tokio::spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
+    tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
+        .await
+        .expect("the request never reached the provider");
+    let before = now_ms();
+    stop.send(true).unwrap();
+    let outcome = tokio::time::timeout(SHUTDOWN_ANSWER_WAIT + Duration::from_secs(2), run)
+        .await
+        .expect("the attempt did not end within its shutdown wait")
+        .unwrap()
+        .unwrap();
+    match landed {
+        Landed::Refusal => {
+            let seen = Seen::from(outcome);
+            assert_eq!(
+                seen.provider_fault,
+                Some(ProviderFault::Billing { status: 402 }),
+                "{seen:?}"
+            );
+            let pause = board.store().pause().unwrap();
+            assert!(
+                pause
+                    .as_ref()
+                    .is_some_and(|p| p.until_ms >= before + 899_000),
+                "the pause was recorded: {pause:?}"
+            );
+            assert_eq!(board.ledger()[0].outcome, "billing");
+        }
+        Landed::Graph => {
+            assert!(outcome.ok(), "{outcome:?}");
+            assert_eq!(board.count("tasks"), 4, "the paid graph was applied");
+            assert_eq!(board.ledger()[0].outcome, "ok");
+        }
+    }
+    assert_eq!(requests(&server).await.len(), 1);
 }
 
 #[tokio::test]
@@ -859,4 +948,261 @@ async fn refused_attempts_send_nothing_and_count_nothing() {
     let manual = attempt(&ctx, &board, Origin::Manual).await;
     assert!(manual.ok, "{manual:?}");
     assert_eq!(manual.child_ids.map(|c| c.len()), Some(3));
+}
+
+/// Replies with `reply` and records when each request arrived.
+struct Timed {
+    at: Arc<Mutex<Vec<Instant>>>,
+    reply: ResponseTemplate,
+}
+
+impl Respond for Timed {
+    fn respond(&self, _request: &Request) -> ResponseTemplate {
+        self.at.lock().unwrap().push(Instant::now());
+        self.reply.clone()
+    }
+}
+
+fn gaps(at: &Mutex<Vec<Instant>>) -> Vec<Duration> {
+    let at = at.lock().unwrap();
+    at.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test]
+async fn retries_wait_a_jittered_doubling_delay_and_each_keeps_its_row() {
+    let at = Arc::new(Mutex::new(Vec::new()));
+    let server = provider(Timed {
+        at: at.clone(),
+        reply: ResponseTemplate::new(500),
+    })
+    .await;
+    let board = Board::new("flaky");
+    let mut cfg = config(&server);
+    cfg.auxiliary.transient_retries = 2;
+    let ctx = context(cfg, &board);
+
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    assert_eq!(outcome.requests, 3);
+    let gaps = gaps(&at);
+    assert_eq!(gaps.len(), 2);
+    // Equal jitter: at least half of 0.5 s, then of 1 s; at most the whole (plus the call).
+    assert!(
+        gaps[0] >= Duration::from_millis(250) && gaps[0] < Duration::from_millis(1_500),
+        "{gaps:?}"
+    );
+    assert!(
+        gaps[1] >= Duration::from_millis(500) && gaps[1] < Duration::from_millis(2_000),
+        "{gaps:?}"
+    );
+    let rows = board.ledger();
+    assert_eq!(rows.iter().map(|r| r.try_no).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(board.state().attempts, 1);
+}
+
+#[tokio::test]
+async fn a_503_retry_after_that_fits_the_attempt_is_honoured() {
+    let at = Arc::new(Mutex::new(Vec::new()));
+    let server = provider(Timed {
+        at: at.clone(),
+        reply: ResponseTemplate::new(503).insert_header("Retry-After", "2"),
+    })
+    .await;
+    let board = Board::new("busy provider");
+    let mut cfg = config(&server);
+    cfg.auxiliary.transient_retries = 1;
+    let ctx = context(cfg, &board);
+
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    assert_eq!(outcome.requests, 2);
+    let gaps = gaps(&at);
+    assert!(
+        gaps[0] >= Duration::from_secs(2) && gaps[0] < Duration::from_secs(4),
+        "waited {gaps:?} for Retry-After: 2"
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_longer_than_the_attempt_allows_stops_the_retries() {
+    let server = provider(ResponseTemplate::new(503).insert_header("Retry-After", "3600")).await;
+    let board = Board::new("busy for an hour");
+    let mut cfg = config(&server);
+    cfg.auxiliary.transient_retries = 2;
+    cfg.auxiliary.timeout = Duration::from_secs(5);
+    let ctx = context(cfg, &board);
+
+    let started = Instant::now();
+    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "did not wait an hour"
+    );
+    assert_eq!(outcome.requests, 1);
+    assert!(
+        outcome.reason.contains("Retry-After (3600s) does not fit"),
+        "{}",
+        outcome.reason
+    );
+    assert_eq!(requests(&server).await.len(), 1);
+    assert_eq!(board.payloads("decompose_failed").len(), 1);
+}
+
+/// A base URL nothing listens on.
+fn refused_base_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/v1")
+}
+
+#[tokio::test]
+async fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
+    let board = Board::new("provider down");
+    let mut cfg = Config::default();
+    cfg.model.base_url = Some(refused_base_url());
+    cfg.model.default = Some("decomposer-test".into());
+    cfg.auxiliary.transient_retries = 2;
+    cfg.kanban.decompose_backoff = Duration::from_millis(50);
+    let ctx = context(cfg, &board);
+
+    let (_keep, shutdown) = running();
+    let outcome = run_attempt(&ctx, &board.card, Origin::Gateway, shutdown)
+        .await
+        .unwrap();
+    let pause = match &outcome {
+        AttemptOutcome::NothingSent {
+            unreachable: Some(pause),
+            ..
+        } => pause.clone(),
+        other => panic!("expected an unreachable provider, got {other:?}"),
+    };
+    assert_eq!((pause.streak, pause.lasts), (1, Duration::from_secs(1)));
+    assert!(
+        outcome.reason().contains("not counted"),
+        "{}",
+        outcome.reason()
+    );
+    assert_eq!(board.state().attempts, 0, "no card budget spent");
+    assert!(board.payloads("decompose_failed").is_empty());
+    let rows = board.ledger();
+    assert_eq!(
+        rows.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(),
+        ["unreachable"],
+        "one try: an unreachable provider is not retried within the attempt"
+    );
+    let usage = board.store().usage(None, now_ms(), 100).unwrap();
+    assert_eq!((usage.totals.calls, usage.totals.unreachable), (0, 1));
+
+    // The board waits: the next automatic attempt is refused before anything is counted.
+    let other = board
+        .store()
+        .create_task(&NewTask {
+            title: "another".into(),
+            triage: true,
+            ..NewTask::default()
+        })
+        .unwrap()
+        .id;
+    let stop = refused(&ctx, &other, Origin::Sweep).await;
+    assert!(
+        matches!(&stop.refusal, BeginRefusal::Paused { reason, .. } if reason.contains("unreachable")),
+        "{:?}",
+        stop.refusal
+    );
+}
+
+/// Answers per card: `slow_card` gets `slow` after a delay, every other card `fast` at once.
+struct PerCard {
+    slow_card: String,
+    slow: ResponseTemplate,
+    fast: ResponseTemplate,
+}
+
+impl Respond for PerCard {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body = String::from_utf8_lossy(&request.body);
+        if body.contains(&self.slow_card) {
+            self.slow.clone()
+        } else {
+            self.fast.clone()
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_recorded_meanwhile_stops_another_attempts_retry() {
+    let board = Board::new("refused late");
+    let flaky = board
+        .store()
+        .create_task(&NewTask {
+            title: "flaky".into(),
+            triage: true,
+            ..NewTask::default()
+        })
+        .unwrap()
+        .id;
+    let server = provider(PerCard {
+        slow_card: board.card.clone(),
+        slow: ResponseTemplate::new(402).set_delay(Duration::from_millis(100)),
+        fast: ResponseTemplate::new(500),
+    })
+    .await;
+    let mut cfg = config(&server);
+    cfg.auxiliary.transient_retries = 2;
+    let ctx = context(cfg, &board);
+
+    // Both requests leave together; the 402 lands while the other waits to retry its 500.
+    let (refusal, retried) = tokio::join!(
+        attempt(&ctx, &board, Origin::Gateway),
+        attempt_on(&ctx, &flaky, Origin::Gateway)
+    );
+    assert_eq!(
+        refusal.provider_fault,
+        Some(ProviderFault::Billing { status: 402 })
+    );
+    assert_eq!(retried.requests, 1, "{retried:?}");
+    assert!(
+        retried
+            .reason
+            .contains("retry not sent: auto-decompose is paused"),
+        "{}",
+        retried.reason
+    );
+    assert_eq!(
+        requests(&server).await.len(),
+        2,
+        "no call after the refusal"
+    );
+}
+
+#[tokio::test]
+async fn a_cooldown_of_1e16_seconds_pauses_for_good() {
+    let server = provider(ResponseTemplate::new(401)).await;
+    let board = Board::new("bad key");
+    let mut cfg = config(&server);
+    cfg.kanban.provider_cooldown = Duration::from_secs_f64(1e16);
+    let ctx = context(cfg, &board);
+
+    let (_keep, shutdown) = running();
+    let outcome = run_attempt(&ctx, &board.card, Origin::Gateway, shutdown)
+        .await
+        .unwrap();
+    assert_eq!(outcome.fault().map(|f| f.until_ms), Some(i64::MAX));
+    let pause = board.store().pause().unwrap();
+    assert_eq!(pause.map(|p| p.until_ms), Some(i64::MAX));
+    let other = board
+        .store()
+        .create_task(&NewTask {
+            title: "waits".into(),
+            triage: true,
+            ..NewTask::default()
+        })
+        .unwrap()
+        .id;
+    let stop = refused(&ctx, &other, Origin::Gateway).await;
+    assert!(
+        matches!(stop.refusal, BeginRefusal::Paused { .. }),
+        "{:?}",
+        stop.refusal
+    );
+    assert_eq!(requests(&server).await.len(), 1);
 }

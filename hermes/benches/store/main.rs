@@ -1,7 +1,9 @@
 //! `cargo bench -p hermes`: what the board costs the dispatcher at scale.
 //!
-//! - `tick_selection/<cards>`: one dispatcher tick's board work — `sync_decompose_state` (the
-//!   incremental form every tick uses), `auto_gate` and `due_cards(now, 3, ∅)` — on boards of
+//! - `tick_selection/<cards>`: one dispatcher tick's board work — closing abandoned attempts
+//!   (`recover_abandoned`, which finds nothing on a healthy board) and the automatic step's pick
+//!   (`auto::pick`: the incremental `sync_decompose_state`, `auto_gate` and
+//!   `due_cards(now, 3, ∅)`) — on boards of
 //!   1k, 10k and 100k cards with 10 % in triage, half of those in backoff. It must not grow with
 //!   the board (the due-card query walks an index and stops at its limit).
 //! - `fanout_apply/<board>/<children>`: the apply transaction of an 8- and a 64-child fan-out
@@ -25,10 +27,10 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context as _};
 use criterion::{BatchSize, BenchmarkId, Criterion};
+use hermes::auto::{self, Picked};
 use hermes::decompose::{ChildSpec, Plan};
 use hermes::store::{
-    now_ms, ApplyOptions, ApplyResult, AutoGate, LedgerClose, LedgerOpen, NewTask, Origin, Store,
-    StoreError,
+    now_ms, ApplyOptions, ApplyResult, LedgerClose, LedgerOpen, NewTask, Origin, Store, StoreError,
 };
 use rusqlite::Connection;
 
@@ -80,14 +82,15 @@ fn run(criterion: &mut Criterion) -> anyhow::Result<()> {
 
 /// What one dispatcher tick asks of the board (see `dispatch::Dispatcher::tick`).
 fn tick(store: &mut Store, now: i64, exclude: &HashSet<String>) -> Result<Vec<String>, StoreError> {
-    store.sync_decompose_state(now, false)?;
-    match store.auto_gate(now, CALLS_PER_HOUR)? {
-        AutoGate::Open { calls_left } => {
-            store.due_cards(now, PER_TICK.min(calls_left as usize), exclude)
-        }
-        _ => Ok(Vec::new()),
+    store.recover_abandoned(now, exclude, MAX_ATTEMPTS)?;
+    match auto::pick(store, now, CALLS_PER_HOUR, PER_TICK, exclude, false)? {
+        Picked::Due(due) => Ok(due),
+        Picked::Paused { .. } | Picked::Ceiling { .. } => Ok(Vec::new()),
     }
 }
+
+/// The default `kanban.decompose_max_attempts`.
+const MAX_ATTEMPTS: u32 = 3;
 
 /// Builds the boards, times a tick on each, and hands the boards on.
 fn tick_selection(
@@ -296,7 +299,7 @@ fn ledger_row(criterion: &mut Criterion, board: &BenchBoard) -> anyhow::Result<(
                     attempt: 1,
                     try_no: 1,
                     started_at_ms: started,
-                    enforce_ceiling: None,
+                    guards: None,
                 };
                 let mut store = store.borrow_mut();
                 let recorded = store.ledger_open(&open).and_then(|id| {

@@ -10,9 +10,11 @@ use std::collections::HashSet;
 use tokio::sync::watch;
 
 use crate::clock::now_ms;
-use crate::core::{AttemptOutcome, FaultPause, Origin};
+use crate::core::{AttemptOutcome, FaultPause, Origin, UnreachablePause};
 use crate::decompose::attempt::{run_attempt, AttemptContext, AttemptError};
-use crate::store::{AutoGate, BoardHandle, ListFilter, Status, Store, StoreError};
+use crate::store::{
+    AutoGate, BoardError, BoardHandle, ListFilter, Recovered, Status, Store, StoreError,
+};
 
 /// What the automatic step may do now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +48,51 @@ pub fn pick(
     }
 }
 
+/// Closes attempts whose process is gone (and claims of this process on cards not in
+/// `ours_running`): their ledger rows left `in_flight` become `unknown` (maybe billed; they
+/// still count toward the hourly ceiling), and each card gets the failure (or, when nothing was
+/// sent, its attempt back). Run at every gateway start and tick, and when a sweep starts.
+pub async fn recover(
+    board: &BoardHandle,
+    ours_running: &HashSet<String>,
+    max_attempts: u32,
+) -> Result<Recovered, BoardError> {
+    let ours = ours_running.clone();
+    board
+        .call(move |s| s.recover_abandoned(now_ms(), &ours, max_attempts))
+        .await
+}
+
+/// One log line for what [`recover`] found, if anything.
+pub fn describe_recovered(recovered: &Recovered) -> Option<String> {
+    if recovered.is_empty() {
+        return None;
+    }
+    let mut parts = vec![format!(
+        "closed {} ledger row(s) left in flight by a process that ended before recording them,          as `unknown` (maybe billed; counted toward the hourly ceiling)",
+        recovered.closed_rows
+    )];
+    if !recovered.failed.is_empty() {
+        parts.push(format!(
+            "recorded the abandoned attempt as failed on {}",
+            recovered.failed.join(", ")
+        ));
+    }
+    if !recovered.parked.is_empty() {
+        parts.push(format!(
+            "parked {} (that was its last attempt)",
+            recovered.parked.join(", ")
+        ));
+    }
+    if !recovered.refunded.is_empty() {
+        parts.push(format!(
+            "gave the attempt back to {} (it never sent a request)",
+            recovered.refunded.join(", ")
+        ));
+    }
+    Some(parts.join("; "))
+}
+
 /// Runs one automatic attempt on a picked card.
 pub async fn attempt(
     ctx: &AttemptContext,
@@ -67,15 +114,19 @@ pub enum SweepStop {
     Ceiling { calls: u64, limit: u32 },
     /// An attempt of this sweep ran into a provider-wide fault; the pause is recorded.
     Fault(FaultPause),
+    /// The provider could not be reached; the board-wide pause is recorded.
+    Unreachable(UnreachablePause),
 }
 
 /// How a sweep went.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepReport {
     pub stop: SweepStop,
-    /// Triage cards the sweep did not attempt (parked, in backoff, held, opted out), counted
-    /// when it ran out of due cards.
+    /// Triage cards the sweep did not attempt (parked, in backoff, held, opted out, claimed),
+    /// counted when it ran out of due cards.
     pub not_attempted: usize,
+    /// What was found abandoned by dead processes when the sweep started.
+    pub recovered: Recovered,
 }
 
 /// `kanban decompose --all`: attempts every due card, one at a time and re-selected each round
@@ -86,6 +137,12 @@ pub async fn sweep(
     mut on_outcome: impl FnMut(&AttemptOutcome) -> anyhow::Result<()>,
 ) -> anyhow::Result<SweepReport> {
     let board = BoardHandle::open(&ctx.db_path).await?;
+    let recovered = recover(
+        &board,
+        &HashSet::new(),
+        ctx.config.kanban.decompose_max_attempts,
+    )
+    .await?;
     let calls_per_hour = ctx.config.kanban.decompose_calls_per_hour;
     let mut tried: HashSet<String> = HashSet::new();
     let mut full_sync = true;
@@ -97,10 +154,10 @@ pub async fn sweep(
         full_sync = false;
         let id = match picked {
             Picked::Paused { until_ms, reason } => {
-                return Ok(stopped(SweepStop::Paused { until_ms, reason }))
+                return Ok(stopped(SweepStop::Paused { until_ms, reason }, recovered))
             }
             Picked::Ceiling { calls, limit } => {
-                return Ok(stopped(SweepStop::Ceiling { calls, limit }))
+                return Ok(stopped(SweepStop::Ceiling { calls, limit }, recovered))
             }
             Picked::Due(due) => match due.into_iter().next() {
                 Some(id) => id,
@@ -114,7 +171,10 @@ pub async fn sweep(
         }
         on_outcome(&outcome)?;
         if let Some(fault) = outcome.fault() {
-            return Ok(stopped(SweepStop::Fault(fault.clone())));
+            return Ok(stopped(SweepStop::Fault(fault.clone()), recovered));
+        }
+        if let Some(pause) = outcome.unreachable() {
+            return Ok(stopped(SweepStop::Unreachable(pause.clone()), recovered));
         }
     }
     let not_attempted = board
@@ -132,13 +192,15 @@ pub async fn sweep(
     Ok(SweepReport {
         stop: SweepStop::Done,
         not_attempted,
+        recovered,
     })
 }
 
-fn stopped(stop: SweepStop) -> SweepReport {
+fn stopped(stop: SweepStop, recovered: Recovered) -> SweepReport {
     SweepReport {
         stop,
         not_attempted: 0,
+        recovered,
     }
 }
 

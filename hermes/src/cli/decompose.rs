@@ -86,6 +86,9 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
         Ok(())
     })
     .await?;
+    if let Some(line) = auto::describe_recovered(&swept.recovered) {
+        note(&line);
+    }
     match swept.stop {
         SweepStop::Done => {
             if swept.not_attempted > 0 {
@@ -116,6 +119,15 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
                 "sweep stopped: {}; auto-decompose paused for {:.0}s",
                 fault.fault.describe(),
                 fault.lasts.as_secs_f64()
+            ));
+            Ok(Outcome::Failure)
+        }
+        SweepStop::Unreachable(pause) => {
+            note(&format!(
+                "sweep stopped: provider unreachable ({}); no card's budget was spent; \
+                 auto-decompose paused for {:.0}s",
+                pause.reason,
+                pause.lasts.as_secs_f64()
             ));
             Ok(Outcome::Failure)
         }

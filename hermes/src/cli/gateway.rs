@@ -1,6 +1,9 @@
 //! `hermes gateway run`: the foreground gateway process.
 
+use std::io::{self, Write};
+
 use clap::Args;
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
 use super::{CliError, Context, Outcome};
@@ -16,7 +19,10 @@ pub fn run(ctx: &Context, _args: &RunArgs) -> Result<Outcome, CliError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(Stderr)
+        // Its own report of a failed write goes through `eprintln!`, which panics when stderr
+        // is gone: a closed log pipe would stop the dispatcher.
+        .log_internal_errors(false)
         .with_ansi(false)
         .with_target(false)
         .try_init();
@@ -29,4 +35,46 @@ pub fn run(ctx: &Context, _args: &RunArgs) -> Result<Outcome, CliError> {
         .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
     runtime.block_on(run_gateway(ctx.home.clone()))?;
     Ok(Outcome::Success)
+}
+
+/// Log lines to stderr, dropped when stderr cannot take them (a reader that went away, a full
+/// disk behind a redirect): logging never stops dispatching.
+#[derive(Debug, Clone, Copy)]
+struct Stderr;
+
+/// One log line's writer.
+struct LineWriter;
+
+impl Write for LineWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // Claims the whole line either way, so no caller retries or reports the loss.
+        let _ = io::stderr().lock().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _ = io::stderr().lock().flush();
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Stderr {
+    type Writer = LineWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LineWriter
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_line_always_counts_as_written() {
+        let mut writer = Stderr.make_writer();
+        assert_eq!(writer.write(b"").ok(), Some(0));
+        assert_eq!(writer.write(b"hermes: test line\n").ok(), Some(18));
+        assert!(writer.flush().is_ok());
+    }
 }

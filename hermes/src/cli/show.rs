@@ -25,6 +25,9 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
     let events = store.events_of(&task.id)?;
     let runs = store.runs_of(&task.id)?;
     let latest_summary = store.latest_summary(&task.id)?;
+    let claim = store
+        .claim(&task.id)?
+        .filter(|claim| claim.holds(crate::clock::now_ms()));
 
     if ctx.json {
         ctx.print_json(&json!({
@@ -87,6 +90,14 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
         if let Some(err) = &d.last_error {
             lines.push(format!("             last error: {}", one_line(err)));
         }
+    }
+    if let Some(claim) = &claim {
+        lines.push(format!(
+            "  in flight: attempt {} ({}), claimed until at least {}",
+            claim.attempt,
+            claim.holder(),
+            utc(claim.until_ms.div_euclid(1000))
+        ));
     }
     if let Some(body) = task.body.as_deref().filter(|b| !b.is_empty()) {
         lines.push(String::new());

@@ -22,14 +22,18 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
     let now = now_ms();
     let since = args
         .since
-        .map(|d| now - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        .map(|d| now.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
     let report = store.usage(since, now, ctx.config.kanban.decompose_calls_per_hour)?;
     if ctx.json {
         ctx.print_json(&serde_json::to_value(&report).map_err(anyhow::Error::from)?)?;
         return Ok(Outcome::Success);
     }
+    let unknown = match report.totals.unknown {
+        0 => String::new(),
+        n => format!(", {n} unknown: maybe billed, left in flight by a process that died"),
+    };
     let mut lines = vec![format!(
-        "{} paid calls ({} ok, {} failed), {} prompt + {} completion tokens{}",
+        "{} paid calls ({} ok, {} failed{unknown}), {} prompt + {} completion tokens{}",
         report.totals.calls,
         report.totals.ok,
         report.totals.failed,
@@ -44,7 +48,13 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
         "last hour: {} of {} allowed (kanban.decompose_calls_per_hour)",
         report.window.calls_last_hour, report.window.limit
     ));
-    if let Some(pause) = &report.pause {
+    if report.totals.unreachable > 0 {
+        lines.push(format!(
+            "{} request(s) never reached the provider (not billed, not counted above)",
+            report.totals.unreachable
+        ));
+    }
+    for pause in [&report.pause, &report.unreachable].into_iter().flatten() {
         lines.push(format!(
             "auto-decompose PAUSED until {}: {}",
             utc(pause.until as i64),
@@ -53,11 +63,19 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
     }
     for card in &report.cards {
         lines.push(format!(
-            "{}  {:>3} calls ({} ok, {} failed)  attempts {}{}  {}",
+            "{}  {:>3} calls ({} ok, {} failed{}{})  attempts {}{}  {}",
             card.task_id,
             card.calls,
             card.ok,
             card.failed,
+            match card.unknown {
+                0 => String::new(),
+                n => format!(", {n} unknown"),
+            },
+            match card.unreachable {
+                0 => String::new(),
+                n => format!("; {n} never reached the provider"),
+            },
             card.attempts,
             if card.parked { " PARKED" } else { "" },
             one_line(card.title.as_deref().unwrap_or("(card gone)"))

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::backoff::{Backoff, MAX_BACKOFF};
+
 /// Cap on a provider's `Retry-After` (B5).
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// Board-wide pause after a 429 that carried no usable `Retry-After`.
@@ -58,9 +60,50 @@ pub struct FaultPause {
     pub until_ms: i64,
 }
 
+/// The shortest board-wide pause after a request that never reached the provider: even with
+/// `decompose_backoff_seconds: 0`, a refused port is not knocked on every tick.
+pub const UNREACHABLE_MIN_PAUSE: Duration = Duration::from_secs(1);
+
+/// The board-wide pause after the `streak`-th request in a row that never reached the provider
+/// (connection refused, DNS, TLS): the card backoff's base (at least
+/// [`UNREACHABLE_MIN_PAUSE`]), doubling per request in the streak, capped like a card's backoff.
+/// Such a request costs nothing, so no card's budget pays for it (B5).
+pub fn unreachable_pause(backoff_base: Duration, streak: u32) -> Duration {
+    Backoff {
+        base: backoff_base.max(UNREACHABLE_MIN_PAUSE),
+        cap: MAX_BACKOFF,
+    }
+    .after_failure(streak)
+}
+
+/// The board-wide pause recorded because the provider could not be reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreachablePause {
+    /// When it ends (unix ms).
+    pub until_ms: i64,
+    /// How long it lasts from when it was recorded.
+    pub lasts: Duration,
+    /// Requests in a row that never reached the provider, this one included.
+    pub streak: u32,
+    /// What the connection attempt said.
+    pub reason: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unreachable_provider_pauses_longer_each_time() {
+        let base = Duration::from_millis(50);
+        assert_eq!(unreachable_pause(base, 1), Duration::from_secs(1));
+        assert_eq!(unreachable_pause(base, 2), Duration::from_secs(2));
+        assert_eq!(unreachable_pause(base, 4), Duration::from_secs(8));
+        assert_eq!(unreachable_pause(base, u32::MAX), MAX_BACKOFF);
+        let minute = Duration::from_secs(60);
+        assert_eq!(unreachable_pause(minute, 1), minute);
+        assert_eq!(unreachable_pause(Duration::MAX, 1), MAX_BACKOFF);
+    }
 
     #[test]
     fn provider_faults_pause_for_the_right_time() {

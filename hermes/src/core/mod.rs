@@ -3,10 +3,12 @@
 //!
 //! What a decompose reply asks for ([`Plan`]), who asked for an attempt ([`Origin`]), why one was
 //! not made ([`BeginRefusal`]), which failures concern the whole provider ([`ProviderFault`]), how
-//! long a card or the board waits afterwards ([`Backoff`]), and how one attempt ended
-//! ([`AttemptOutcome`]).
+//! long a card or the board waits afterwards ([`Backoff`]), how long one attempt may go on and so
+//! how long it claims its card ([`AttemptBudget`]), and how one attempt ended ([`AttemptOutcome`]).
 
 pub mod backoff;
+pub mod budget;
+pub mod error;
 pub mod fault;
 pub mod origin;
 pub mod outcome;
@@ -15,7 +17,12 @@ pub mod refusal;
 pub mod time;
 
 pub use backoff::{Backoff, MAX_BACKOFF};
-pub use fault::{FaultPause, ProviderFault, DEFAULT_RATE_LIMIT_PAUSE, MAX_RETRY_AFTER};
+pub use budget::{AttemptBudget, RetryDelay};
+pub use error::error_chain;
+pub use fault::{
+    unreachable_pause, FaultPause, ProviderFault, UnreachablePause, DEFAULT_RATE_LIMIT_PAUSE,
+    MAX_RETRY_AFTER, UNREACHABLE_MIN_PAUSE,
+};
 pub use origin::Origin;
 pub use outcome::{Applied, AttemptOutcome};
 pub use plan::{ChildSpec, Plan};

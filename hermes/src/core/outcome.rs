@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use super::fault::FaultPause;
+use super::fault::{FaultPause, UnreachablePause};
 use super::refusal::BeginRefusal;
 
 /// What an applied reply did to the board.
@@ -45,6 +45,14 @@ pub enum AttemptOutcome {
         /// Set when the failure was provider-wide; the pause was recorded with the failure.
         fault: Option<FaultPause>,
     },
+    /// No request reached the provider (it could not be reached, or none could be sent), so
+    /// nothing was paid and the attempt was not counted against the card's budget.
+    NothingSent {
+        task_id: String,
+        reason: String,
+        /// Set when the provider could not be reached; the board-wide pause was recorded.
+        unreachable: Option<UnreachablePause>,
+    },
     /// Not attempted, and nothing was paid.
     Refused {
         task_id: String,
@@ -59,6 +67,7 @@ impl AttemptOutcome {
             Self::Applied { task_id, .. }
             | Self::LeftTriage { task_id, .. }
             | Self::Failed { task_id, .. }
+            | Self::NothingSent { task_id, .. }
             | Self::Refused { task_id, .. } => task_id,
         }
     }
@@ -74,7 +83,7 @@ impl AttemptOutcome {
             Self::Applied { requests, .. }
             | Self::LeftTriage { requests, .. }
             | Self::Failed { requests, .. } => *requests,
-            Self::Refused { .. } => 0,
+            Self::NothingSent { .. } | Self::Refused { .. } => 0,
         }
     }
 
@@ -84,7 +93,7 @@ impl AttemptOutcome {
             Self::Applied { attempt, .. }
             | Self::LeftTriage { attempt, .. }
             | Self::Failed { attempt, .. } => *attempt,
-            Self::Refused { .. } => 0,
+            Self::NothingSent { .. } | Self::Refused { .. } => 0,
         }
     }
 
@@ -92,6 +101,14 @@ impl AttemptOutcome {
     pub fn fault(&self) -> Option<&FaultPause> {
         match self {
             Self::Failed { fault, .. } => fault.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The board-wide pause recorded because the provider could not be reached.
+    pub fn unreachable(&self) -> Option<&UnreachablePause> {
+        match self {
+            Self::NothingSent { unreachable, .. } => unreachable.as_ref(),
             _ => None,
         }
     }
@@ -111,6 +128,9 @@ impl AttemptOutcome {
                 format!("card left triage during the call (status {status}); nothing applied")
             }
             Self::Failed { reason, .. } => reason.clone(),
+            Self::NothingSent { reason, .. } => {
+                format!("{reason}; nothing was sent, so the attempt is not counted")
+            }
             Self::Refused { refusal, .. } => refusal.to_string(),
         }
     }
@@ -221,7 +241,17 @@ mod tests {
             json!("created with --no-auto-decompose")
         );
         assert_eq!((refused.requests(), refused.attempt()), (0, 0));
-        for outcome in [fanout, single, failed, left, refused] {
+        let unsent = AttemptOutcome::NothingSent {
+            task_id: "t_1".into(),
+            reason: "provider unreachable: connection refused".into(),
+            unreachable: None,
+        };
+        assert_eq!(
+            unsent.json_line()["reason"],
+            json!("provider unreachable: connection refused; nothing was sent, so the attempt is not counted")
+        );
+        assert!(!unsent.ok());
+        for outcome in [fanout, single, failed, left, refused, unsent] {
             assert_eq!(keys(&outcome.json_line()), shape, "{outcome:?}");
         }
     }

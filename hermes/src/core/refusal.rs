@@ -7,6 +7,9 @@ use super::time::utc_ms;
 pub enum BeginRefusal {
     #[error("no such task: {0}")]
     NoSuchTask(String),
+    /// Another attempt holds the card: its request may still be on its way (B1, B4).
+    #[error("claimed by a decompose attempt in flight ({by}) until at least {}", utc_ms(*until_ms))]
+    Claimed { until_ms: i64, by: String },
     #[error("task is not in triage (status {status}); nothing to decompose")]
     NotInTriage { status: String },
     #[error("parked after {attempts} failed attempts; decompose it by hand to try again")]

@@ -1,13 +1,20 @@
 //! One paid decompose attempt, end to end, with its bounds.
 //!
-//! The order is the point: the attempt is recorded on the card (B1) before any request leaves,
-//! every HTTP request gets a ledger row opened before it is sent and closed after (B9), the reply
-//! is validated whole before the board is touched (B3), and the apply transaction re-checks that
-//! the card is still in triage (B4). A failure of any kind is written back as a `decompose_failed`
-//! event with the next due time, and the card is parked once its budget is spent.
+//! The order is the point: the attempt is recorded on the card together with its claim (B1)
+//! before any request leaves, every HTTP request gets a ledger row opened before it is sent and
+//! closed after (B9), the reply is validated whole before the board is touched (B3), and the
+//! apply transaction re-checks that the card is still in triage (B4). A failure of any kind is
+//! written back as a `decompose_failed` event with the next due time (and, when provider-wide,
+//! the board's pause), and the card is parked once its budget is spent. An attempt none of whose
+//! requests reached the provider costs nothing and is given back instead (B5).
+//!
+//! Retries inside the attempt wait a jittered, doubling delay, or a 503's `Retry-After` when it
+//! fits; no try starts unless it can end inside the attempt's span, which is what the claim
+//! covers (`core::budget`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -15,15 +22,20 @@ use crate::aux_client::{AuxClient, AuxError, AuxSettings, Completion};
 use crate::config::Config;
 use crate::core::time::after;
 use crate::core::{
-    Applied, AttemptOutcome, Backoff, BeginRefusal, FaultPause, Origin, Plan, ProviderFault,
+    Applied, AttemptBudget, AttemptOutcome, Backoff, FaultPause, Origin, Plan, ProviderFault,
     MAX_RETRY_AFTER,
 };
 use crate::decompose::prompt::{build_messages, PromptCard};
 use crate::decompose::reply::{parse_reply, GraphLimits, Rejection};
 use crate::store::{
     now_ms, ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, BoardHandle, FailureRecord,
-    LedgerClose, LedgerOpen, PauseRecord,
+    LedgerClose, LedgerOpen, NothingSentRecord, PauseRecord, UnreachableRecord,
 };
+
+/// How long a request already on its way may still answer once shutdown begins: it is paid
+/// for, and its answer (a graph, or a refusal that pauses the board) must not be thrown away.
+/// Kept below the gateway's shutdown grace, which SIGTERM must fit in.
+pub const SHUTDOWN_ANSWER_WAIT: Duration = Duration::from_secs(3);
 
 /// Everything one attempt needs that does not change between attempts of a tick.
 #[derive(Clone)]
@@ -92,9 +104,15 @@ pub fn backoff(cfg: &Config) -> Backoff {
     Backoff::new(cfg.kanban.decompose_backoff)
 }
 
+/// One attempt's time budget under `cfg`.
+pub fn budget(cfg: &Config) -> AttemptBudget {
+    AttemptBudget::new(cfg.auxiliary.timeout, cfg.auxiliary.transient_retries)
+}
+
 /// Runs one attempt on `task_id` and says how it ended.
 ///
-/// `shutdown` flipping to `true` aborts the request in flight; the abort is recorded like any
+/// `shutdown` flipping to `true` stops the attempt: no new try starts, and a request on its way
+/// gets [`SHUTDOWN_ANSWER_WAIT`] to answer before it is aborted. An abort is recorded like any
 /// other failure (the attempt was already counted before the request left).
 pub async fn run_attempt(
     ctx: &AttemptContext,
@@ -105,12 +123,16 @@ pub async fn run_attempt(
     let cfg = ctx.config.clone();
     let store = BoardHandle::open(&ctx.db_path).await?;
 
+    let budget = budget(&cfg);
+    let started = Instant::now();
+    let now = now_ms();
     let policy = BeginPolicy {
         origin,
-        now_ms: now_ms(),
+        now_ms: now,
         max_attempts: cfg.kanban.decompose_max_attempts,
         calls_per_hour: cfg.kanban.decompose_calls_per_hour,
         backoff: backoff(&cfg),
+        claim_until_ms: after(now, budget.claim_span()),
     };
     let id = task_id.to_owned();
     let ticket = match store.call(move |s| s.begin_attempt(&id, &policy)).await? {
@@ -123,16 +145,29 @@ pub async fn run_attempt(
         }
     };
 
-    let (sent, requests) = send(ctx, &store, &ticket, origin, shutdown).await?;
-    let (reason, fault) = match sent {
-        Sent::Aborted => ("aborted: the gateway is shutting down".to_owned(), None),
-        Sent::Failed(err) => (format!("provider call failed: {err}"), err.provider_fault()),
-        Sent::RetryRefused { last, refusal } => (
-            format!("provider call failed: {last}; retry not sent: {refusal}"),
+    let tries = Tries {
+        ctx,
+        store: &store,
+        ticket: &ticket,
+        origin,
+        budget,
+        started,
+    };
+    let sent = tries.send(shutdown).await?;
+    if sent.delivered == 0 {
+        return nothing_sent(&store, &cfg, &ticket, sent.end).await;
+    }
+    let requests = sent.requests;
+    let (reason, fault) = match sent.end {
+        End::Aborted => ("aborted: the gateway is shutting down".to_owned(), None),
+        End::Failed(err) => (format!("provider call failed: {err}"), err.provider_fault()),
+        End::Stopped { last, why } => (
+            format!("provider call failed: {last}; retry not sent: {why}"),
             last.provider_fault(),
         ),
-        Sent::Answered(Err(rejection)) => (format!("reply rejected: {rejection}"), None),
-        Sent::Answered(Ok(plan)) => {
+        End::NotSent(why) => (format!("retry not sent: {why}"), None),
+        End::Answered(Err(rejection)) => (format!("reply rejected: {rejection}"), None),
+        End::Answered(Ok(plan)) => {
             return apply(&store, &cfg, &ticket, plan, origin, requests).await;
         }
     };
@@ -164,6 +199,7 @@ pub async fn run_attempt(
         pause: fault.as_ref().map(|f| PauseRecord {
             until_ms: f.until_ms,
             reason: f.fault.describe(),
+            request_started_ms: sent.last_started_ms,
         }),
     };
     let id = ticket.task_id.clone();
@@ -178,108 +214,249 @@ pub async fn run_attempt(
     })
 }
 
+/// Records an attempt whose requests never reached the provider: it is given back to the card,
+/// and an unreachable provider pauses the board instead.
+async fn nothing_sent(
+    store: &BoardHandle,
+    cfg: &Config,
+    ticket: &AttemptTicket,
+    end: End,
+) -> Result<AttemptOutcome, AttemptError> {
+    let (reason, unreachable) = match end {
+        End::Failed(err) if err.is_undelivered() => {
+            let reason = err.to_string();
+            let record = UnreachableRecord {
+                reason: match &err {
+                    AuxError::Unreachable(detail) => detail.clone(),
+                    other => other.to_string(),
+                },
+                backoff_base: cfg.kanban.decompose_backoff,
+            };
+            (reason, Some(record))
+        }
+        End::Aborted => (
+            "aborted before any request left: the gateway is shutting down".to_owned(),
+            None,
+        ),
+        End::NotSent(why) => (format!("request not sent: {why}"), None),
+        End::Stopped { last, why } => (format!("{last}; retry not sent: {why}"), None),
+        End::Failed(err) => (err.to_string(), None),
+        // An answer is a delivered request; it never gets here.
+        End::Answered(_) => ("answered".to_owned(), None),
+    };
+    let record = NothingSentRecord {
+        attempt: ticket.attempt,
+        now_ms: now_ms(),
+        unreachable,
+    };
+    let id = ticket.task_id.clone();
+    let unreachable = store
+        .call(move |s| s.record_nothing_sent(&id, &record))
+        .await?;
+    Ok(AttemptOutcome::NothingSent {
+        task_id: ticket.task_id.clone(),
+        reason,
+        unreachable,
+    })
+}
+
 /// How the paid part of an attempt ended.
-enum Sent {
-    /// Shutdown interrupted the request.
+enum End {
+    /// Shutdown stopped it (a request on its way did not answer in time, or no try was left
+    /// to start).
     Aborted,
     /// No usable answer: an HTTP or transport failure, or an unreadable body.
     Failed(AuxError),
-    /// A transient failure whose retry the hourly ceiling did not allow (B6).
-    RetryRefused {
-        last: AuxError,
-        refusal: BeginRefusal,
-    },
+    /// A transient failure whose retry was not sent (the board's guards, or the attempt's span).
+    Stopped { last: AuxError, why: String },
+    /// Not even the first request was sent.
+    NotSent(String),
     /// The provider answered; the reply was validated whole.
     Answered(Result<Plan, Rejection>),
 }
 
-/// Sends the attempt's request, retrying transient failures up to
-/// `auxiliary.transient_retries` times; each request gets its own ledger row, opened before it
-/// is sent. Returns how it ended and how many requests were sent.
-async fn send(
-    ctx: &AttemptContext,
-    store: &BoardHandle,
-    ticket: &AttemptTicket,
+/// What the tries of an attempt came to.
+struct Sent {
+    end: End,
+    /// Ledger rows opened (requests attempted).
+    requests: u32,
+    /// Requests that may have reached the provider (all but the undelivered ones).
+    delivered: u32,
+    /// When the last request was sent (unix ms).
+    last_started_ms: Option<i64>,
+}
+
+/// The request loop of one attempt.
+struct Tries<'a> {
+    ctx: &'a AttemptContext,
+    store: &'a BoardHandle,
+    ticket: &'a AttemptTicket,
     origin: Origin,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(Sent, u32), AttemptError> {
-    let cfg = &ctx.config;
-    let messages = build_messages(
-        &PromptCard {
-            id: &ticket.task_id,
-            title: &ticket.title,
-            body: ticket.body.as_deref(),
-        },
-        &ctx.roster,
-        &cfg.kanban.default_assignee,
-        cfg.kanban.decompose_max_children as usize,
-    );
-    let limits = GraphLimits {
-        max_children: cfg.kanban.decompose_max_children as usize,
-        default_assignee: &cfg.kanban.default_assignee,
-        roster: &ctx.roster,
-    };
-    let mut requests = 0u32;
-    let mut last = Sent::Failed(AuxError::Transport("no request sent".into()));
-    for try_no in 1..=1 + cfg.auxiliary.transient_retries {
-        if *shutdown.borrow() {
-            // Nothing leaves once shutdown began; the attempt itself stays counted.
-            last = Sent::Aborted;
-            break;
-        }
-        let open = LedgerOpen {
-            task_id: ticket.task_id.clone(),
-            origin,
-            attempt: ticket.attempt,
-            try_no,
-            started_at_ms: now_ms(),
-            // Retries are paid calls too: they may not break the hourly ceiling (B6).
-            enforce_ceiling: (origin != Origin::Manual && try_no > 1)
-                .then_some(cfg.kanban.decompose_calls_per_hour),
+    budget: AttemptBudget,
+    /// When the attempt was recorded (monotonic: the span must not bend with the wall clock).
+    started: Instant,
+}
+
+impl Tries<'_> {
+    /// Sends the attempt's request, retrying transient failures up to
+    /// `auxiliary.transient_retries` times; each request gets its own ledger row, opened before
+    /// it is sent.
+    async fn send(&self, mut shutdown: watch::Receiver<bool>) -> Result<Sent, AttemptError> {
+        let cfg = &self.ctx.config;
+        let max_children = usize::try_from(cfg.kanban.decompose_max_children).unwrap_or(usize::MAX);
+        let messages = build_messages(
+            &PromptCard {
+                id: &self.ticket.task_id,
+                title: &self.ticket.title,
+                body: self.ticket.body.as_deref(),
+            },
+            &self.ctx.roster,
+            &cfg.kanban.default_assignee,
+            max_children,
+        );
+        let limits = GraphLimits {
+            max_children,
+            default_assignee: &cfg.kanban.default_assignee,
+            roster: &self.ctx.roster,
         };
-        let ledger_id = match store.call(move |s| s.ledger_open(&open)).await? {
-            Ok(id) => id,
-            Err(refusal) => {
-                // Only a retry can be refused here, so a previous try's failure stands.
-                if let Sent::Failed(err) = last {
-                    last = Sent::RetryRefused { last: err, refusal };
-                }
+        let mut sent = Sent {
+            end: End::NotSent("no request was sent".into()),
+            requests: 0,
+            delivered: 0,
+            last_started_ms: None,
+        };
+        for try_no in 1..=self.budget.tries {
+            if *shutdown.borrow() {
+                // Nothing leaves once shutdown began; the attempt itself stays counted.
+                sent.end = End::Aborted;
                 break;
             }
-        };
-        requests += 1;
-        let result = tokio::select! {
+            if try_no > 1 {
+                let End::Failed(last) = std::mem::replace(&mut sent.end, End::Aborted) else {
+                    break;
+                };
+                match self.wait_before(try_no - 1, &last) {
+                    Err(why) => {
+                        sent.end = End::Stopped { last, why };
+                        break;
+                    }
+                    Ok(wait) => {
+                        let stopped = tokio::select! {
+                            biased;
+                            _ = wait_for_shutdown(&mut shutdown) => true,
+                            _ = tokio::time::sleep(wait) => false,
+                        };
+                        if stopped {
+                            sent.end = End::Aborted;
+                            break;
+                        }
+                        sent.end = End::Failed(last);
+                    }
+                }
+            } else if !self.budget.fits(self.started.elapsed(), Duration::ZERO) {
+                sent.end = End::NotSent(
+                    "the board was too slow to start the request inside the attempt's span".into(),
+                );
+                break;
+            }
+            let started_ms = now_ms();
+            let open = LedgerOpen {
+                task_id: self.ticket.task_id.clone(),
+                origin: self.origin,
+                attempt: self.ticket.attempt,
+                try_no,
+                started_at_ms: started_ms,
+                // Paid calls, retries included, keep to the board's guards: none leaves once
+                // another's refusal is recorded (B5), none breaks the hourly ceiling (B6).
+                guards: self
+                    .origin
+                    .is_automatic()
+                    .then_some(cfg.kanban.decompose_calls_per_hour),
+            };
+            let ledger_id = match self.store.call(move |s| s.ledger_open(&open)).await? {
+                Ok(id) => id,
+                Err(refusal) => {
+                    sent.end = match std::mem::replace(&mut sent.end, End::Aborted) {
+                        End::Failed(last) => End::Stopped {
+                            last,
+                            why: refusal.to_string(),
+                        },
+                        _ => End::NotSent(refusal.to_string()),
+                    };
+                    break;
+                }
+            };
+            sent.requests += 1;
+            sent.last_started_ms = Some(started_ms);
+            let result = self.request(&messages, &mut shutdown).await;
+            // Parsed before the ledger row is closed, so the row can say whether the paid
+            // answer was usable.
+            let (end, close) = match result {
+                None => (End::Aborted, ledger_failed(None)),
+                Some(Err(err)) => {
+                    let close = ledger_failed(Some(&err));
+                    (End::Failed(err), close)
+                }
+                Some(Ok(done)) => {
+                    let verdict = parse_reply(&done.content, &limits);
+                    let close = ledger_answered(&done, verdict.as_ref().err());
+                    (End::Answered(verdict), close)
+                }
+            };
+            self.store
+                .call(move |s| s.ledger_close(ledger_id, &close))
+                .await?;
+            let undelivered = matches!(&end, End::Failed(err) if err.is_undelivered());
+            if !undelivered {
+                sent.delivered += 1;
+            }
+            let retry = matches!(&end, End::Failed(err) if err.is_transient());
+            sent.end = end;
+            if !retry {
+                break;
+            }
+        }
+        Ok(sent)
+    }
+
+    /// One request. On shutdown, a request already on its way may still answer for
+    /// [`SHUTDOWN_ANSWER_WAIT`]; `None` when it did not.
+    async fn request(
+        &self,
+        messages: &[crate::aux_client::ChatMessage],
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<Result<Completion, AuxError>> {
+        let request = self.ctx.client.send_once(messages);
+        tokio::pin!(request);
+        tokio::select! {
+            // An answer already there wins over a shutdown seen at the same moment.
             biased;
-            _ = wait_for_shutdown(&mut shutdown) => None,
-            result = ctx.client.send_once(&messages) => Some(result),
-        };
-        // Parsed before the ledger row is closed, so the row can say whether the paid answer
-        // was usable.
-        let (sent, close) = match result {
-            None => (Sent::Aborted, ledger_failed(None)),
-            Some(Err(err)) => {
-                let close = ledger_failed(Some(&err));
-                (Sent::Failed(err), close)
+            result = &mut request => Some(result),
+            _ = wait_for_shutdown(shutdown) => {
+                tokio::time::timeout(SHUTDOWN_ANSWER_WAIT, &mut request).await.ok()
             }
-            Some(Ok(done)) => {
-                let verdict = parse_reply(&done.content, &limits);
-                let close = ledger_answered(&done, verdict.as_ref().err());
-                store
-                    .call(move |s| s.ledger_close(ledger_id, &close))
-                    .await?;
-                return Ok((Sent::Answered(verdict), requests));
-            }
-        };
-        store
-            .call(move |s| s.ledger_close(ledger_id, &close))
-            .await?;
-        let retry = matches!(&sent, Sent::Failed(err) if err.is_transient());
-        last = sent;
-        if !retry {
-            break;
         }
     }
-    Ok((last, requests))
+
+    /// How long to wait before retry number `retry` after `last`, or why not to retry: a
+    /// jittered, doubling delay, or the provider's `Retry-After` when longer; either way the
+    /// retry must still end inside the attempt's span.
+    fn wait_before(&self, retry: u32, last: &AuxError) -> Result<Duration, String> {
+        let jitter = f64::from(getrandom::u32().unwrap_or(u32::MAX / 2)) / f64::from(u32::MAX);
+        let own = self.budget.delay.before(retry, jitter);
+        let asked = last.retry_after().map(|asked| asked.min(MAX_RETRY_AFTER));
+        let wait = asked.map_or(own, |asked| asked.max(own));
+        if self.budget.fits(self.started.elapsed(), wait) {
+            return Ok(wait);
+        }
+        Err(match asked {
+            Some(asked) => format!(
+                "the provider's Retry-After ({}s) does not fit in the attempt's time budget",
+                asked.as_secs_f64()
+            ),
+            None => "no time left in the attempt's time budget".to_owned(),
+        })
+    }
 }
 
 /// Applies a validated plan and says what it did.

@@ -3,14 +3,16 @@
 //!
 //! The tick loop never waits for a provider: attempts run as tasks beside it (B8), at most
 //! `auto_decompose_per_tick` in flight, one per card. Each tick re-reads `config.yaml` (the kill
-//! switch), consults the board-wide guards kept in the board itself so they survive restarts
-//! (provider pause B5, hourly ceiling B6), and asks the store for due cards with an indexed query
-//! that never returns a card in backoff, parked or held (B2, B7).
+//! switch), checks that the board file is still the one it opened, closes attempts abandoned by
+//! dead processes, and runs the automatic step of `auto`: the board-wide guards kept in the
+//! board itself so they survive restarts (provider pause B5, hourly ceiling B6), then due cards
+//! from an indexed query that never returns a card in backoff, parked, claimed or held (B1, B2,
+//! B7). Logging never stops any of it: a condition is reported once until it clears.
 
 mod lock;
 mod notice;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,19 +28,31 @@ use notice::Notice;
 use crate::auto::{self, Picked};
 use crate::config::{api_key, Config, Home};
 use crate::core::time::secs_between;
-use crate::core::{AttemptOutcome, BeginRefusal, Origin};
-use crate::decompose::attempt::{AttemptContext, AttemptError};
+use crate::core::{error_chain, AttemptOutcome, BeginRefusal, Origin};
+use crate::decompose::attempt::{AttemptContext, AttemptError, SHUTDOWN_ANSWER_WAIT};
 use crate::decompose::roster;
-use crate::store::{now_ms, BoardHandle, Store};
+use crate::store::{now_ms, BoardFile, BoardHandle, Store};
 
-/// How long SIGTERM waits for attempts in flight before the process exits anyway.
+/// How long SIGTERM waits for attempts in flight before the process exits anyway: a request on
+/// its way gets [`SHUTDOWN_ANSWER_WAIT`] to answer, then its end is recorded.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
+const _: () = assert!(SHUTDOWN_ANSWER_WAIT.as_secs() < SHUTDOWN_GRACE.as_secs());
 
 /// While the provider's health is unknown (at start, after a pause) only one request is sent at
 /// a time, so a provider-wide refusal costs one call, not one per card (B5). A request that has
 /// been in flight this long without a refusal is taken as proof the provider is answering: a
 /// hung call must not hold the other cards back (B8).
+///
+/// The bound this gives: a refusal (401/402/403/429) that arrives within the window costs that
+/// one call. One that arrives later costs at most the calls in flight when it lands, which is at
+/// most `auto_decompose_per_tick` (and [`MAX_IN_FLIGHT`]): the pause is recorded in the same
+/// transaction as the failure, every automatic request checks it before it leaves (retries
+/// included), and the refusals of calls that were already in flight do not extend it.
 const PROBE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The most attempts in flight at once, whatever `auto_decompose_per_tick` says: each holds a
+/// board connection and a socket, and a per-tick value in the billions must not exhaust either.
+const MAX_IN_FLIGHT: usize = 256;
 
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]
@@ -103,14 +117,14 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     let board = BoardHandle::open(&db_path).await?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut dispatcher = Dispatcher::new(home, config, board, shutdown_rx);
-    dispatcher.sync_board().await;
+    dispatcher.prepare_board().await;
 
     let mut interval = new_interval(dispatcher.config.kanban.dispatch_interval);
     loop {
         tokio::select! {
             _ = sigterm.recv() => { info!("SIGTERM received; stopping"); break; }
             _ = sigint.recv() => { info!("SIGINT received; stopping"); break; }
-            Some(joined) = dispatcher.in_flight.join_next(), if !dispatcher.in_flight.is_empty() => {
+            Some(joined) = dispatcher.in_flight.join_next_with_id(), if !dispatcher.in_flight.is_empty() => {
                 dispatcher.finished(joined).await;
             }
             _ = interval.tick() => {
@@ -124,12 +138,13 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
         }
     }
 
-    // Stop scheduling, then let in-flight attempts abort: each records its abort (the attempt
-    // was counted before its request left) and none can leave half a graph, since a graph is
-    // written in one transaction or not at all.
+    // Stop scheduling, then let the attempts in flight end: a request on its way may still
+    // answer for a moment (its graph is applied, its refusal pauses the board), otherwise it is
+    // aborted; each records its end (the attempt was counted before its request left) and none
+    // can leave half a graph, since a graph is written in one transaction or not at all.
     let _ = shutdown_tx.send(true);
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while let Some(joined) = dispatcher.in_flight.join_next().await {
+        while let Some(joined) = dispatcher.in_flight.join_next_with_id().await {
             dispatcher.finished(joined).await;
         }
     })
@@ -146,7 +161,13 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     Ok(())
 }
 
+/// The longest tick period the loop uses, whatever the config says: a timer's deadline is
+/// `now + period`, which must stay representable.
+const MAX_TICK: Duration = Duration::from_secs(86_400);
+
 fn new_interval(period: Duration) -> tokio::time::Interval {
+    // The config guarantees a period > 0; the floor only keeps the timer valid regardless.
+    let period = period.clamp(Duration::from_millis(1), MAX_TICK);
     let mut interval = tokio::time::interval(period);
     // A slow tick must not be followed by a burst of catch-up ticks.
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -155,7 +176,7 @@ fn new_interval(period: Duration) -> tokio::time::Interval {
 
 /// What an attempt task hands back: its card and how the attempt went.
 type AttemptResult = (String, Result<AttemptOutcome, AttemptError>);
-type Joined = Result<AttemptResult, tokio::task::JoinError>;
+type Joined = Result<(tokio::task::Id, AttemptResult), tokio::task::JoinError>;
 
 /// Whether the provider has shown it is answering (see [`PROBE_WINDOW`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -172,6 +193,8 @@ struct Dispatcher {
     context: Option<AttemptContext>,
     in_flight: JoinSet<AttemptResult>,
     in_flight_ids: HashSet<String>,
+    /// The card of each attempt task, to know which one a failed task was running.
+    task_cards: HashMap<tokio::task::Id, String>,
     /// When the oldest request sent while the provider's health was unknown left.
     probe_started: Option<Instant>,
     health: ProviderHealth,
@@ -179,7 +202,11 @@ struct Dispatcher {
     switch_notice: Notice,
     gate_notice: Notice,
     setup_notice: Notice,
-    board_notice: Notice,
+    /// The tick's own use of the board (reading due cards, closing abandoned attempts).
+    tick_notice: Notice,
+    /// Recording attempts: while it fails, no request is sent.
+    record_notice: Notice,
+    file_notice: Notice,
 }
 
 impl Dispatcher {
@@ -197,28 +224,84 @@ impl Dispatcher {
             context: None,
             in_flight: JoinSet::new(),
             in_flight_ids: HashSet::new(),
+            task_cards: HashMap::new(),
             probe_started: None,
             health: ProviderHealth::Unknown,
             config_notice: Notice::default(),
             switch_notice: Notice::default(),
             gate_notice: Notice::default(),
             setup_notice: Notice::default(),
-            board_notice: Notice::default(),
+            tick_notice: Notice::default(),
+            record_notice: Notice::default(),
+            file_notice: Notice::default(),
         };
         dispatcher.rebuild_context();
         dispatcher
     }
 
-    /// Brings cards written by other tools (upstream's CLI, an older board) under the budget.
-    async fn sync_board(&mut self) {
+    /// At start (and after reopening the board): closes what dead processes left in flight, and
+    /// brings cards written by other tools (upstream's CLI, an older board) under the budget.
+    async fn prepare_board(&mut self) {
+        self.recover().await;
         let now = now_ms();
         if let Err(err) = self
             .board
             .call(move |s| s.sync_decompose_state(now, true))
             .await
         {
-            self.board_notice
-                .warn(format!("cannot read the board: {err}"));
+            self.tick_notice.warn_keyed(
+                &error_chain(&err),
+                &format!("cannot use the board: {}", error_chain(&err)),
+            );
+        }
+    }
+
+    /// Closes attempts whose process is gone (or whose end this process could not record).
+    async fn recover(&mut self) {
+        let ours = self.in_flight_ids.clone();
+        let max_attempts = self.config.kanban.decompose_max_attempts;
+        match auto::recover(&self.board, &ours, max_attempts).await {
+            Ok(recovered) => {
+                if let Some(line) = auto::describe_recovered(&recovered) {
+                    warn!("{line}");
+                }
+            }
+            Err(err) => self.tick_notice.warn_keyed(
+                &error_chain(&err),
+                &format!("cannot close abandoned attempts: {}", error_chain(&err)),
+            ),
+        }
+    }
+
+    /// Reopens the board when its file was deleted or replaced since it was opened: writing on
+    /// through the old handle would go to a file nobody reads.
+    async fn check_board_file(&mut self) {
+        let what = match self.board.file() {
+            BoardFile::Same => {
+                self.file_notice.clear();
+                return;
+            }
+            BoardFile::Missing => "was deleted",
+            BoardFile::Replaced => "was replaced by another file",
+        };
+        let path = self.home.db_path();
+        match BoardHandle::open(&path).await {
+            Ok(board) => {
+                warn!(
+                    board = %path.display(),
+                    "kanban.db {what} while the gateway ran; reopened it (attempts in flight finish on the old file)"
+                );
+                self.file_notice.clear();
+                self.board = board;
+                self.prepare_board().await;
+            }
+            Err(err) => self.file_notice.warn_keyed(
+                &format!("reopen-{}", error_chain(&err)),
+                &format!(
+                    "kanban.db {what} while the gateway ran, and cannot be reopened: {}",
+                    error_chain(&err)
+                ),
+            ),
         }
     }
 
@@ -258,6 +341,8 @@ impl Dispatcher {
 
     async fn tick(&mut self) {
         self.reload_config();
+        self.check_board_file().await;
+        self.recover().await;
         let kanban = &self.config.kanban;
         if !kanban.auto_decompose {
             self.switch_notice.info(
@@ -272,7 +357,9 @@ impl Dispatcher {
             return;
         };
 
-        let per_tick = kanban.auto_decompose_per_tick.max(1) as usize;
+        let per_tick = usize::try_from(kanban.auto_decompose_per_tick.max(1))
+            .unwrap_or(usize::MAX)
+            .min(MAX_IN_FLIGHT);
         let mut slots = per_tick.saturating_sub(self.in_flight.len());
         if self.health == ProviderHealth::Unknown {
             match self.probe_started {
@@ -297,8 +384,10 @@ impl Dispatcher {
             .await;
         let due = match picked {
             Err(err) => {
-                self.board_notice
-                    .warn(format!("cannot read the board: {err}"));
+                self.tick_notice.warn_keyed(
+                    &error_chain(&err),
+                    &format!("cannot pick due cards: {}", error_chain(&err)),
+                );
                 return;
             }
             Ok(Picked::Paused { until_ms, reason }) => {
@@ -325,7 +414,9 @@ impl Dispatcher {
             }
             Ok(Picked::Due(due)) => due,
         };
-        self.board_notice.clear();
+        if self.tick_notice.clear() {
+            info!("the board is usable again");
+        }
         if due.is_empty() {
             return;
         }
@@ -350,17 +441,26 @@ impl Dispatcher {
         }
         let context = context.clone();
         let shutdown = self.shutdown.clone();
-        self.in_flight.spawn(async move {
+        let card = task_id.clone();
+        let handle = self.in_flight.spawn(async move {
             let result = auto::attempt(&context, &task_id, Origin::Gateway, shutdown).await;
             (task_id, result)
         });
+        self.task_cards.insert(handle.id(), card);
     }
 
     async fn finished(&mut self, joined: Joined) {
         let (task_id, result) = match joined {
-            Ok(done) => done,
+            Ok((id, done)) => {
+                self.task_cards.remove(&id);
+                done
+            }
             Err(err) => {
-                warn!("an attempt task failed: {err}");
+                // The next tick finds the card's claim held by no running attempt of ours, and
+                // closes that attempt.
+                let card = self.task_cards.remove(&err.id()).unwrap_or_default();
+                self.in_flight_ids.remove(&card);
+                warn!(card = %card, "an attempt task failed: {err}");
                 return;
             }
         };
@@ -372,11 +472,22 @@ impl Dispatcher {
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(err) => {
-                self.board_notice
-                    .warn(format!("attempt on {task_id} could not be recorded: {err}"));
+                // One WARN per condition (a full disk, a locked board), not one per card and
+                // tick; while it lasts no request is sent, since none leaves unrecorded.
+                let chain = error_chain(&err);
+                self.record_notice.warn_keyed(
+                    &chain,
+                    &format!(
+                        "an attempt could not be recorded (card {task_id}): {chain}; no request \
+                         is sent for a card whose attempt cannot be recorded"
+                    ),
+                );
                 return;
             }
         };
+        if !matches!(outcome, AttemptOutcome::Refused { .. }) && self.record_notice.clear() {
+            info!("attempts can be recorded again");
+        }
         if let Some(fault) = outcome.fault() {
             self.gate_notice.warn_keyed(
                 &format!("paused-until-{}", fault.until_ms),
@@ -384,6 +495,18 @@ impl Dispatcher {
                     "auto-decompose paused for {:.0}s: {} (card {task_id})",
                     fault.lasts.as_secs_f64(),
                     fault.fault.describe()
+                ),
+            );
+            self.await_probe();
+        } else if let Some(pause) = outcome.unreachable() {
+            self.gate_notice.warn_keyed(
+                &format!("paused-until-{}", pause.until_ms),
+                &format!(
+                    "auto-decompose paused for {:.0}s: provider unreachable ({} request(s) in a \
+                     row never reached it; no card's budget was spent): {}",
+                    pause.lasts.as_secs_f64(),
+                    pause.streak,
+                    pause.reason
                 ),
             );
             self.await_probe();
@@ -412,19 +535,46 @@ impl Dispatcher {
                 ..
             } => {
                 // The due query never offers a parked card, so this card's budget was spent
-                // by an attempt that never finished (a crash mid-call); it was parked just now.
+                // by an attempt that never finished, or the budget was lowered; it was parked
+                // just now.
                 warn!(
                     card = %task_id,
-                    "parked after {attempts} attempts (the last one never finished); run \
-                     `hermes kanban decompose {task_id}` to try again by hand"
+                    "parked after {attempts} attempts (kanban.decompose_max_attempts is {}); run \
+                     `hermes kanban decompose {task_id}` to try again by hand",
+                    self.config.kanban.decompose_max_attempts
                 );
             }
             AttemptOutcome::Refused { .. } => {
                 debug!(card = %task_id, "not attempted: {}", outcome.reason());
             }
+            AttemptOutcome::NothingSent { .. } => {
+                info!(card = %task_id, "decompose attempt not counted: {}", outcome.reason());
+            }
             AttemptOutcome::Failed { .. } | AttemptOutcome::LeftTriage { .. } => {
                 info!(card = %task_id, attempt = outcome.attempt(), "decompose attempt failed: {}", outcome.reason());
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn any_configured_tick_period_gives_a_working_timer() {
+        for period in [
+            Duration::from_nanos(1),
+            Duration::from_secs(86_401),
+            Duration::MAX,
+        ] {
+            let mut interval = new_interval(period);
+            // The first tick is immediate; a reset computes `now + period`, which must not
+            // overflow.
+            interval.tick().await;
+            interval.reset();
+            assert!(interval.period() <= MAX_TICK, "{period:?}");
+            assert!(interval.period() >= Duration::from_millis(1), "{period:?}");
         }
     }
 }

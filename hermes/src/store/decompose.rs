@@ -9,10 +9,16 @@
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::json;
 
+use std::time::Duration;
+
 use super::board::{add_event, canonical_assignee, insert_task_row, promote_ready, TaskRow};
-use super::guards::{auto_gate, set_pause, AutoGate};
+use super::claims::{abandon, claim_of, put_claim, refund, release, Recovered};
+use super::guards::{auto_gate, set_pause, set_unreachable_pause, unreachable_streak, AutoGate};
 use super::{SqlResultExt, Status, Store, StoreError};
-use crate::core::{Backoff, BeginRefusal, ChildSpec, Origin, Plan};
+use crate::core::time::after;
+use crate::core::{
+    unreachable_pause, Backoff, BeginRefusal, ChildSpec, Origin, Plan, UnreachablePause,
+};
 
 /// Block kinds that wait for a person; such cards are never decomposed automatically (B7).
 pub const HUMAN_BLOCK_KINDS: [&str; 2] = ["needs_input", "capability"];
@@ -29,6 +35,9 @@ pub struct BeginPolicy {
     /// The card's wait after a failure. Until the outcome is known the card is treated as
     /// failed, so a crash mid-call cannot make it due again at once.
     pub backoff: Backoff,
+    /// When the claim recorded with the attempt expires if this process's liveness cannot be
+    /// told (see `store::claims`): after the last moment the attempt may still be sending.
+    pub claim_until_ms: i64,
 }
 
 /// A recorded attempt: the card as it was when the attempt was counted.
@@ -62,7 +71,30 @@ pub struct FailureRecord {
 pub struct PauseRecord {
     pub until_ms: i64,
     pub reason: String,
+    /// When the refused request was sent: a pause recorded since then by a request in flight
+    /// at the same time is not extended (one refusal episode, one pause).
+    pub request_started_ms: Option<i64>,
 }
+
+/// An attempt none of whose requests reached the provider, as recorded on the card.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NothingSentRecord {
+    pub attempt: u32,
+    pub now_ms: i64,
+    /// Set when the provider could not be reached: pause the board (B5).
+    pub unreachable: Option<UnreachableRecord>,
+}
+
+/// Why the provider could not be reached, and the base of the board's growing pause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreachableRecord {
+    pub reason: String,
+    /// `kanban.decompose_backoff_seconds` (see `core::unreachable_pause`).
+    pub backoff_base: Duration,
+}
+
+/// How far back the unreachable streak is counted; the pause is capped long before.
+const STREAK_LOOKBACK: u32 = 64;
 
 /// Settings of the apply transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +142,38 @@ impl Store {
         self.write(|tx| record_failure(tx, task_id, failure))
     }
 
+    /// Records an attempt that sent nothing the provider received: the attempt is given back
+    /// (not counted, the card due again), the claim released and, when the provider could not be
+    /// reached, the board paused with a backoff that grows with every such request in a row.
+    /// One transaction; returns the pause in force for an unreachable provider.
+    pub fn record_nothing_sent(
+        &mut self,
+        task_id: &str,
+        record: &NothingSentRecord,
+    ) -> Result<Option<UnreachablePause>, StoreError> {
+        self.write(|tx| {
+            refund(tx, task_id, record.attempt, record.now_ms)?;
+            release(tx, task_id)?;
+            let Some(unreachable) = &record.unreachable else {
+                return Ok(None);
+            };
+            let streak = unreachable_streak(tx, STREAK_LOOKBACK)?.max(1);
+            let lasts = unreachable_pause(unreachable.backoff_base, streak);
+            let until_ms = after(record.now_ms, lasts);
+            let reason = format!(
+                "provider unreachable ({streak} request(s) in a row never reached it): {}",
+                unreachable.reason
+            );
+            set_unreachable_pause(tx, until_ms, &reason, record.now_ms)?;
+            Ok(Some(UnreachablePause {
+                until_ms,
+                lasts,
+                streak,
+                reason: unreachable.reason.clone(),
+            }))
+        })
+    }
+
     /// Applies a validated plan in one transaction that first re-checks the card is still in
     /// triage (B4): all of the graph, or none of it.
     pub fn apply_plan(
@@ -151,7 +215,8 @@ impl Store {
     }
 
     /// The oldest due cards, at most `limit`, never one in `exclude`: in triage, not parked,
-    /// not in backoff, not opted out, not a human hold (B2, B7). Walks the due index in order
+    /// not in backoff, not claimed by an attempt in flight, not opted out, not a human hold (B1,
+    /// B2, B7). Walks the due index in order
     /// and stops at `limit`, so the cost does not grow with the board.
     pub fn due_cards(
         &self,
@@ -173,13 +238,16 @@ impl Store {
                      CROSS JOIN tasks t ON t.id = s.task_id
                      WHERE s.due_at_ms IS NOT NULL AND s.due_at_ms <= ?1
                        AND s.parked_at_ms IS NULL AND s.opt_out = 0
+                       AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
+                                       WHERE c.task_id = s.task_id AND c.until_ms > ?1)
                        AND t.status = 'triage' AND t.started_at IS NULL
                        AND (t.block_kind IS NULL OR t.block_kind NOT IN ('needs_input', 'capability'))
                      ORDER BY s.due_at_ms, s.task_id",
                 )
                 .sql("selecting due cards")?;
             let mut rows = stmt.query([now_ms]).sql("selecting due cards")?;
-            let mut due = Vec::with_capacity(limit);
+            // Grows with what is found, never with `limit`: that comes from config and may be huge.
+            let mut due = Vec::new();
             while let Some(row) = rows.next().sql("selecting due cards")? {
                 let id: String = row.get(0).sql("reading a due card")?;
                 if !exclude.contains(&id) {
@@ -261,12 +329,28 @@ fn begin_attempt(
             status: card.status,
         }));
     }
+    // Whatever the origin: another attempt's request may still be on its way (B1, B4).
+    if let Some(claim) = claim_of(tx, task_id)? {
+        if claim.holds(policy.now_ms) {
+            return Ok(Err(BeginRefusal::Claimed {
+                until_ms: claim.until_ms,
+                by: claim.holder(),
+            }));
+        }
+        // Its process is gone: close that attempt first, so its requests are accounted for.
+        abandon(
+            tx,
+            &claim,
+            policy.now_ms,
+            policy.max_attempts,
+            &mut Recovered::default(),
+        )?;
+    }
     let state = state_row(tx, task_id)?;
     if policy.origin.is_automatic() {
         if let Some(refusal) = automatic_refusal(tx, &card, state.as_ref(), policy)? {
-            if let (BeginRefusal::Parked { attempts }, Some(None)) =
-                (&refusal, state.as_ref().map(|s| s.parked_at_ms))
-            {
+            let never_parked = state.as_ref().is_none_or(|s| s.parked_at_ms.is_none());
+            if let (BeginRefusal::Parked { attempts }, true) = (&refusal, never_parked) {
                 // The budget is spent but the card was never parked: its last attempt died before
                 // recording its end, or the budget was lowered since. Left due, it would be picked
                 // and refused on every tick, holding a slot fresh cards need (B2).
@@ -291,6 +375,14 @@ fn begin_attempt(
         params![task_id, attempt, policy.now_ms, due],
     )
     .sql("recording the attempt")?;
+    put_claim(
+        tx,
+        task_id,
+        attempt,
+        policy.origin.as_str(),
+        policy.now_ms,
+        policy.claim_until_ms,
+    )?;
     Ok(Ok(AttemptTicket {
         task_id: task_id.to_owned(),
         attempt,
@@ -307,8 +399,10 @@ fn park_spent_card(
     policy: &BeginPolicy,
 ) -> Result<(), StoreError> {
     tx.execute(
-        "UPDATE hermes_decompose_state SET due_at_ms = NULL, parked_at_ms = ?2 WHERE task_id = ?1",
-        params![task_id, policy.now_ms],
+        "INSERT INTO hermes_decompose_state (task_id, attempts, due_at_ms, parked_at_ms)
+         VALUES (?1, ?3, NULL, ?2)
+         ON CONFLICT(task_id) DO UPDATE SET due_at_ms = NULL, parked_at_ms = ?2",
+        params![task_id, policy.now_ms, attempts],
     )
     .sql("parking a card whose budget is spent")?;
     add_event(
@@ -332,15 +426,13 @@ fn automatic_refusal(
     state: Option<&StateRow>,
     policy: &BeginPolicy,
 ) -> Result<Option<BeginRefusal>, StoreError> {
-    if let Some(state) = state {
-        if state.opt_out {
-            return Ok(Some(BeginRefusal::OptedOut));
-        }
-        if state.parked_at_ms.is_some() || state.attempts >= policy.max_attempts {
-            return Ok(Some(BeginRefusal::Parked {
-                attempts: state.attempts,
-            }));
-        }
+    if state.is_some_and(|s| s.opt_out) {
+        return Ok(Some(BeginRefusal::OptedOut));
+    }
+    // A card with no state row yet has had no attempt; with a budget of 0 it gets none.
+    let attempts = state.map_or(0, |s| s.attempts);
+    if state.is_some_and(|s| s.parked_at_ms.is_some()) || attempts >= policy.max_attempts {
+        return Ok(Some(BeginRefusal::Parked { attempts }));
     }
     if card.started_at.is_some() {
         return Ok(Some(BeginRefusal::Hold {
@@ -420,8 +512,15 @@ fn record_failure(
         )?;
     }
     if let Some(pause) = &failure.pause {
-        set_pause(tx, pause.until_ms, &pause.reason, failure.now_ms)?;
+        set_pause(
+            tx,
+            pause.until_ms,
+            &pause.reason,
+            failure.now_ms,
+            pause.request_started_ms,
+        )?;
     }
+    release(tx, task_id)?;
     Ok(())
 }
 
@@ -434,7 +533,9 @@ fn apply_plan(
     let Some(card) = card_row(tx, task_id)? else {
         return Err(StoreError::NoSuchTask(task_id.to_owned()));
     };
-    // Whatever happens next, the card is no longer waiting for an automatic attempt.
+    // Whatever happens next, the card is no longer waiting for an automatic attempt, and this
+    // attempt is over.
+    release(tx, task_id)?;
     tx.execute(
         "UPDATE hermes_decompose_state SET due_at_ms = NULL, last_error = NULL WHERE task_id = ?1",
         [task_id],

@@ -22,6 +22,9 @@ const CALLS_PER_HOUR: u32 = 2;
 /// card's first attempt (`now + PROVISIONAL_STEP_MS`); it doubles per attempt after that.
 const PROVISIONAL_STEP_MS: i64 = 1_000;
 
+/// How long the test policy's claims last.
+const CLAIM_MS: i64 = 600_000;
+
 fn test_backoff() -> crate::core::Backoff {
     crate::core::Backoff::new(Duration::from_millis(PROVISIONAL_STEP_MS as u64))
 }
@@ -51,7 +54,19 @@ fn policy(origin: Origin, now_ms: i64) -> BeginPolicy {
         max_attempts: MAX_ATTEMPTS,
         calls_per_hour: CALLS_PER_HOUR,
         backoff: test_backoff(),
+        claim_until_ms: now_ms + CLAIM_MS,
     }
+}
+
+/// The process that recorded the board's claims dies: they now name a process that is gone, as
+/// after a SIGKILL.
+fn crash(store: &Store) {
+    other_process(store)
+        .execute(
+            "UPDATE hermes_decompose_claims SET owner = ?1",
+            [crate::process::dead_token()],
+        )
+        .unwrap();
 }
 
 fn begin(
@@ -112,14 +127,18 @@ fn dump(store: &Store) -> Vec<String> {
 }
 
 fn ledger(store: &mut Store, task_id: &str, started_at_ms: i64) -> i64 {
+    ledger_of_attempt(store, task_id, 1, started_at_ms)
+}
+
+fn ledger_of_attempt(store: &mut Store, task_id: &str, attempt: u32, started_at_ms: i64) -> i64 {
     store
         .ledger_open(&LedgerOpen {
             task_id: task_id.into(),
             origin: Origin::Gateway,
-            attempt: 1,
+            attempt,
             try_no: 1,
             started_at_ms,
-            enforce_ceiling: None,
+            guards: None,
         })
         .unwrap()
         .unwrap()
@@ -149,6 +168,7 @@ fn the_attempt_is_counted_before_anything_else_and_a_crash_cannot_reset_it() {
 
     // The request leaves, then the process dies: no close, no failure record.
     ledger(&mut store, &id, now);
+    crash(&store);
     let path = store.path().to_owned();
     drop(store);
     let mut store = Store::open(path).unwrap();
@@ -159,12 +179,16 @@ fn the_attempt_is_counted_before_anything_else_and_a_crash_cannot_reset_it() {
         .due_cards(now, 10, &HashSet::new())
         .unwrap()
         .is_empty());
+    // The dead attempt is closed on the way: its request may have been billed.
     assert_eq!(
         begin(&mut store, &id, Origin::Gateway, now),
         Err(BeginRefusal::InBackoff {
             until_ms: now + PROVISIONAL_STEP_MS
         })
     );
+    assert_eq!(state(&store, &id).attempts, 1);
+    assert_eq!(payloads_of(&store, &id, "decompose_failed").len(), 1);
+    assert_eq!(store.claim(&id).unwrap(), None);
 
     let later = now + PROVISIONAL_STEP_MS;
     assert_eq!(
@@ -204,10 +228,11 @@ fn concurrent_processes_count_one_due_slot_once() {
     let handles: Vec<_> = threads.into_iter().map(|h| h.join().unwrap()).collect();
     let tickets = handles.iter().filter(|r| r.is_ok()).count();
     assert_eq!(tickets, 1, "{handles:?}");
+    // The winner's claim holds the card (its process is alive), whatever the due time says.
     assert!(handles
         .iter()
         .filter_map(|r| r.as_ref().err())
-        .all(|refusal| matches!(refusal, BeginRefusal::InBackoff { .. })));
+        .all(|refusal| matches!(refusal, BeginRefusal::Claimed { .. })));
     assert_eq!(state(&store, &id).attempts, 1);
 }
 
@@ -495,8 +520,21 @@ fn block_kinds_that_do_not_wait_for_a_person_are_not_holds() {
     );
 }
 
-#[test]
-fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_tick() {
+/// How a process that died mid-attempt left the board.
+#[derive(Debug, Clone, Copy)]
+enum Crashed {
+    /// An older build: no claim on the card, only its count and its open ledger row.
+    WithoutClaim,
+    /// This build: the claim names the dead process; a restarting gateway closes it first.
+    WithClaim,
+}
+
+#[rstest]
+#[case::without_claim(Crashed::WithoutClaim)]
+#[case::with_claim(Crashed::WithClaim)]
+fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_tick(
+    #[case] crashed: Crashed,
+) {
     let (_dir, mut store) = scratch();
     let poison = triage_card(&mut store, "poison");
     let t0 = now_ms();
@@ -519,13 +557,33 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
             .attempt,
         MAX_ATTEMPTS
     );
-    ledger(&mut store, &poison, last);
+    ledger_of_attempt(&mut store, &poison, MAX_ATTEMPTS, last);
+    crash(&store);
     let fresh = triage_card(&mut store, "fresh");
     set_due(&store, &fresh, last + 5 * PROVISIONAL_STEP_MS);
 
     // A restarted gateway with one slot per tick: the poison card is the oldest due.
     let later = last + 10 * PROVISIONAL_STEP_MS;
     let none = HashSet::new();
+    match crashed {
+        Crashed::WithoutClaim => {
+            other_process(&store)
+                .execute("DELETE FROM hermes_decompose_claims", [])
+                .unwrap();
+        }
+        Crashed::WithClaim => {
+            let recovered = store.recover_abandoned(later, &none, MAX_ATTEMPTS).unwrap();
+            assert_eq!(
+                recovered,
+                Recovered {
+                    closed_rows: 1,
+                    failed: vec![poison.clone()],
+                    refunded: vec![],
+                    parked: vec![poison.clone()],
+                }
+            );
+        }
+    }
     for _tick in 0..2 {
         for id in store.due_cards(later, 1, &none).unwrap() {
             if id == poison {
@@ -1363,7 +1421,7 @@ fn every_request_gets_a_row_opened_before_and_closed_after() {
         attempt: 1,
         try_no,
         started_at_ms: now,
-        enforce_ceiling: None,
+        guards: None,
     };
     let first = store.ledger_open(&open(1)).unwrap().unwrap();
     assert_eq!(
@@ -1439,7 +1497,7 @@ fn the_ceiling_refuses_a_request_at_the_limit_and_forgets_calls_older_than_an_ho
         attempt: 1,
         try_no: 2,
         started_at_ms: now,
-        enforce_ceiling: Some(2),
+        guards: Some(2),
     };
     // One call in the window: room for one more.
     assert!(store.ledger_open(&open).unwrap().is_ok());
@@ -1451,14 +1509,14 @@ fn the_ceiling_refuses_a_request_at_the_limit_and_forgets_calls_older_than_an_ho
     assert_eq!(dump(&store), before, "a refused request leaves no row");
     // Without enforcement (a person's choice) the row is written whatever the count.
     let manual = LedgerOpen {
-        enforce_ceiling: None,
+        guards: None,
         ..open.clone()
     };
     assert!(store.ledger_open(&manual).unwrap().is_ok());
     // Once the older call leaves the window, the same request fits again.
     let later = LedgerOpen {
         started_at_ms: now + 2_000,
-        enforce_ceiling: Some(3),
+        guards: Some(3),
         ..open
     };
     assert!(store.ledger_open(&later).unwrap().is_ok());
@@ -1504,6 +1562,8 @@ fn usage_totals_cards_window_and_pause() {
             calls: 5,
             ok: 1,
             failed: 3,
+            unknown: 0,
+            unreachable: 0,
             prompt_tokens: 100,
             completion_tokens: 20
         },
@@ -1580,11 +1640,11 @@ fn a_pause_in_force_is_never_shortened_but_an_expired_one_is_replaced() {
         .set_pause(now + 30_000, "provider rate limit (HTTP 429)")
         .unwrap();
     assert_eq!(
-        store.pause().unwrap(),
-        Some(Pause {
-            until_ms: now + 600_000,
-            reason: "provider requires payment (HTTP 402)".into()
-        })
+        store.pause().unwrap().map(|p| (p.until_ms, p.reason)),
+        Some((
+            now + 600_000,
+            "provider requires payment (HTTP 402)".to_owned()
+        ))
     );
     store
         .set_pause(now + 900_000, "provider refused the API key (HTTP 401)")
@@ -1610,11 +1670,8 @@ fn a_pause_in_force_is_never_shortened_but_an_expired_one_is_replaced() {
         .set_pause(now + 30_000, "provider rate limit (HTTP 429)")
         .unwrap();
     assert_eq!(
-        store.pause().unwrap(),
-        Some(Pause {
-            until_ms: now + 30_000,
-            reason: "provider rate limit (HTTP 429)".into()
-        })
+        store.pause().unwrap().map(|p| (p.until_ms, p.reason)),
+        Some((now + 30_000, "provider rate limit (HTTP 429)".to_owned()))
     );
 }
 

@@ -1,7 +1,7 @@
 //! The board-wide guards on automatic attempts, kept in the board itself so they hold across
-//! restarts and processes: the provider pause (B5) and the hourly ceiling on paid calls (B6).
-//! Both the attempt side (`store::decompose`) and the ledger side (`store::ledger`) read them
-//! from here.
+//! restarts and processes: the provider pause after a refusal and the pause while the provider
+//! cannot be reached (B5), and the hourly ceiling on paid calls (B6). Both the attempt side
+//! (`store::decompose`) and the ledger side (`store::ledger`) read them from here.
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
@@ -12,12 +12,18 @@ use super::{SqlResultExt, Store, StoreError};
 pub const HOUR_MS: i64 = 3_600_000;
 
 const PAUSE_KEY: &str = "provider_pause";
+const UNREACHABLE_KEY: &str = "provider_unreachable";
 
-/// The board-wide provider pause.
+/// Ledger outcome of a request that never reached the provider: not billed, not counted.
+pub(crate) const UNREACHABLE: &str = "unreachable";
+
+/// A board-wide pause.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Pause {
     pub until_ms: i64,
     pub reason: String,
+    /// When it was recorded (unix ms).
+    pub set_at_ms: i64,
 }
 
 /// Whether automatic attempts may run now (B5, B6).
@@ -45,11 +51,17 @@ impl Store {
         self.read(board_pause)
     }
 
+    /// The board-wide pause for an unreachable provider, if one was ever set (it may have
+    /// expired).
+    pub fn unreachable_pause(&self) -> Result<Option<Pause>, StoreError> {
+        self.read(unreachable_pause)
+    }
+
     /// Pauses automatic attempts board-wide until `until_ms`. A later pause never shortens a
     /// longer one already in force.
     pub fn set_pause(&mut self, until_ms: i64, reason: &str) -> Result<(), StoreError> {
         let now = crate::clock::now_ms();
-        self.write(|tx| set_pause(tx, until_ms, reason, now))
+        self.write(|tx| set_pause(tx, until_ms, reason, now, None))
     }
 }
 
@@ -58,7 +70,13 @@ pub(crate) fn auto_gate(
     now_ms: i64,
     calls_per_hour: u32,
 ) -> Result<AutoGate, StoreError> {
-    if let Some(pause) = board_pause(conn)?.filter(|p| p.until_ms > now_ms) {
+    let pauses = [board_pause(conn)?, unreachable_pause(conn)?];
+    if let Some(pause) = pauses
+        .into_iter()
+        .flatten()
+        .filter(|p| p.until_ms > now_ms)
+        .max_by_key(|p| p.until_ms)
+    {
         return Ok(AutoGate::Paused {
             until_ms: pause.until_ms,
             reason: pause.reason,
@@ -76,10 +94,12 @@ pub(crate) fn auto_gate(
     })
 }
 
+/// Calls that may have been billed (every ledger row but those that never reached the provider)
+/// started at or after `since_ms`.
 pub(crate) fn calls_since(conn: &Connection, since_ms: i64) -> Result<u64, StoreError> {
     conn.query_row(
-        "SELECT COUNT(*) FROM hermes_aux_ledger WHERE started_at_ms >= ?1",
-        [since_ms],
+        "SELECT COUNT(*) FROM hermes_aux_ledger WHERE started_at_ms >= ?1 AND outcome != ?2",
+        params![since_ms, UNREACHABLE],
         |r| r.get::<_, i64>(0),
     )
     .map(|n| u64::try_from(n).unwrap_or(0))
@@ -87,41 +107,104 @@ pub(crate) fn calls_since(conn: &Connection, since_ms: i64) -> Result<u64, Store
 }
 
 pub(crate) fn board_pause(conn: &Connection) -> Result<Option<Pause>, StoreError> {
+    pause_at(conn, PAUSE_KEY)
+}
+
+pub(crate) fn unreachable_pause(conn: &Connection) -> Result<Option<Pause>, StoreError> {
+    pause_at(conn, UNREACHABLE_KEY)
+}
+
+fn pause_at(conn: &Connection, key: &str) -> Result<Option<Pause>, StoreError> {
     conn.query_row(
-        "SELECT until_ms, value FROM hermes_board_state WHERE key = ?1 AND until_ms IS NOT NULL",
-        [PAUSE_KEY],
+        "SELECT until_ms, value, updated_at_ms FROM hermes_board_state
+         WHERE key = ?1 AND until_ms IS NOT NULL",
+        [key],
         |r| {
             Ok(Pause {
                 until_ms: r.get(0)?,
                 reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                set_at_ms: r.get(2)?,
             })
         },
     )
     .optional()
-    .sql("reading the provider pause")
+    .sql("reading a board pause")
 }
 
-/// Records the pause inside the caller's transaction; a pause already in force that lasts at
-/// least as long is kept.
+/// Records the provider pause inside the caller's transaction; a pause already in force that
+/// lasts at least as long is kept. So is one recorded since `refused_request_started_ms`: the
+/// refusal that set it and this one belong to the same episode (requests that were in flight
+/// together), and the episode pauses once, not once per request.
 pub(crate) fn set_pause(
     conn: &Connection,
     until_ms: i64,
     reason: &str,
     now_ms: i64,
+    refused_request_started_ms: Option<i64>,
 ) -> Result<(), StoreError> {
-    // An expired pause always ends before a new one, so only a pause still in force can
-    // outlast this one.
-    if board_pause(conn)?.is_some_and(|current| current.until_ms >= until_ms) {
+    let kept = board_pause(conn)?.is_some_and(|current| {
+        // An expired pause always ends before a new one, so only one in force can be kept.
+        let in_force = current.until_ms > now_ms;
+        current.until_ms >= until_ms
+            || (in_force
+                && refused_request_started_ms.is_some_and(|started| current.set_at_ms >= started))
+    });
+    if kept {
         return Ok(());
     }
+    put_pause(conn, PAUSE_KEY, until_ms, reason, now_ms)
+}
+
+/// Records the unreachable-provider pause inside the caller's transaction (a longer one in
+/// force is kept).
+pub(crate) fn set_unreachable_pause(
+    conn: &Connection,
+    until_ms: i64,
+    reason: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    if unreachable_pause(conn)?.is_some_and(|current| current.until_ms >= until_ms) {
+        return Ok(());
+    }
+    put_pause(conn, UNREACHABLE_KEY, until_ms, reason, now_ms)
+}
+
+fn put_pause(
+    conn: &Connection,
+    key: &str,
+    until_ms: i64,
+    reason: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
     conn.execute(
         "INSERT INTO hermes_board_state (key, value, until_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT(key) DO UPDATE SET
              value = excluded.value, until_ms = excluded.until_ms,
              updated_at_ms = excluded.updated_at_ms",
-        params![PAUSE_KEY, reason, until_ms, now_ms],
+        params![key, reason, until_ms, now_ms],
     )
-    .sql("recording the provider pause")?;
+    .sql("recording a board pause")?;
     Ok(())
+}
+
+/// Requests in a row, newest first, that never reached the provider (looking back at most
+/// `limit` finished rows).
+pub(crate) fn unreachable_streak(conn: &Connection, limit: u32) -> Result<u32, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT outcome FROM hermes_aux_ledger WHERE outcome != 'in_flight'
+             ORDER BY id DESC LIMIT ?1",
+        )
+        .sql("reading recent ledger rows")?;
+    let mut rows = stmt.query([limit]).sql("reading recent ledger rows")?;
+    let mut streak = 0;
+    while let Some(row) = rows.next().sql("reading recent ledger rows")? {
+        let outcome: String = row.get(0).sql("reading a ledger row")?;
+        if outcome != UNREACHABLE {
+            break;
+        }
+        streak += 1;
+    }
+    Ok(streak)
 }

@@ -1,7 +1,8 @@
 //! The board from async code: each call runs on the blocking pool, so a busy SQLite lock never
 //! stalls the runtime.
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::{Store, StoreError};
@@ -19,18 +20,54 @@ pub enum BoardError {
 #[derive(Clone)]
 pub struct BoardHandle {
     store: Arc<Mutex<Store>>,
+    path: PathBuf,
+    /// Device and inode of the file the connection opened.
+    opened: Option<(u64, u64)>,
+}
+
+/// Whether the board's path still names the file a handle opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoardFile {
+    /// The same file (or its identity cannot be told).
+    Same,
+    /// Nothing is at the path any more.
+    Missing,
+    /// Another file is at the path.
+    Replaced,
+}
+
+fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    std::fs::metadata(path).map(|meta| (meta.dev(), meta.ino()))
 }
 
 impl BoardHandle {
     /// Opens (creating on first use) the board at `path`.
     pub async fn open(path: &Path) -> Result<Self, BoardError> {
         let path = path.to_owned();
-        let store = tokio::task::spawn_blocking(move || Store::open(&path))
-            .await
-            .map_err(|e| BoardError::Join(e.to_string()))??;
+        let (store, opened) = tokio::task::spawn_blocking({
+            let path = path.clone();
+            move || {
+                let store = Store::open(&path)?;
+                // Taken right after opening: the file the connection holds.
+                Ok::<_, StoreError>((store, identity(&path).ok()))
+            }
+        })
+        .await
+        .map_err(|e| BoardError::Join(e.to_string()))??;
         Ok(Self {
             store: Arc::new(Mutex::new(store)),
+            path,
+            opened,
         })
+    }
+
+    /// Whether the path still names the file this handle opened.
+    pub fn file(&self) -> BoardFile {
+        match (identity(&self.path), self.opened) {
+            (Err(e), _) if e.kind() == std::io::ErrorKind::NotFound => BoardFile::Missing,
+            (Ok(now), Some(opened)) if now != opened => BoardFile::Replaced,
+            _ => BoardFile::Same,
+        }
     }
 
     /// Runs `f` against the board on the blocking pool.

@@ -6,7 +6,7 @@
 use rusqlite::params;
 use serde::Serialize;
 
-use super::guards::{board_pause, calls_since, HOUR_MS};
+use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
 use super::{SqlResultExt, Store, StoreError};
 use crate::core::{BeginRefusal, Origin};
 
@@ -19,9 +19,10 @@ pub struct LedgerOpen {
     /// 1 for the attempt's first request, then one more per transient retry.
     pub try_no: u32,
     pub started_at_ms: i64,
-    /// When set, refuse to open the row (and so to send the request) if the rolling hour
-    /// already holds this many paid calls.
-    pub enforce_ceiling: Option<u32>,
+    /// For automatic attempts: the hourly ceiling. When set, the row (and so the request) is
+    /// refused if the board is paused or the rolling hour already holds this many paid calls,
+    /// so no request leaves once another one's refusal has been recorded (B5, B6).
+    pub guards: Option<u32>,
 }
 
 /// How a ledger row's request ended.
@@ -45,15 +46,30 @@ pub struct UsageReport {
     pub totals: UsageTotals,
     pub window: UsageWindow,
     pub pause: Option<UsagePause>,
+    /// The pause in force because the provider could not be reached (present only then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreachable: Option<UsagePause>,
     pub cards: Vec<CardUsage>,
 }
 
-/// Totals over the report's period.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Totals over the report's period. `calls` are the requests that may have been billed: `ok`,
+/// `failed`, `unknown` and any still in flight. Requests that never reached the provider are not
+/// among them; they are `unreachable`. The two extra counts appear only when non-zero.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct UsageTotals {
     pub calls: u64,
     pub ok: u64,
     pub failed: u64,
+    /// Left in flight by a process that died: maybe billed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unknown: u64,
+    /// Never reached the provider: not billed, not counted in `calls`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unreachable: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
 }
@@ -82,6 +98,10 @@ pub struct CardUsage {
     pub calls: u64,
     pub ok: u64,
     pub failed: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unknown: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unreachable: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub attempts: u32,
@@ -91,17 +111,22 @@ pub struct CardUsage {
 }
 
 impl Store {
-    /// Opens a ledger row for a request about to be sent; returns its id, or the ceiling's
-    /// refusal when `enforce_ceiling` is set and reached (then nothing may be sent).
+    /// Opens a ledger row for a request about to be sent; returns its id, or the guard's refusal
+    /// when `guards` is set and the board is paused or at its ceiling (then nothing may be sent).
     pub fn ledger_open(
         &mut self,
         open: &LedgerOpen,
     ) -> Result<Result<i64, BeginRefusal>, StoreError> {
         self.write(|tx| {
-            if let Some(limit) = open.enforce_ceiling {
-                let calls = calls_since(tx, open.started_at_ms.saturating_sub(HOUR_MS))?;
-                if calls >= u64::from(limit) {
-                    return Ok(Err(BeginRefusal::CeilingReached { calls, limit }));
+            if let Some(limit) = open.guards {
+                match auto_gate(tx, open.started_at_ms, limit)? {
+                    AutoGate::Open { .. } => {}
+                    AutoGate::Paused { until_ms, reason } => {
+                        return Ok(Err(BeginRefusal::Paused { until_ms, reason }))
+                    }
+                    AutoGate::CeilingReached { calls, limit } => {
+                        return Ok(Err(BeginRefusal::CeilingReached { calls, limit }))
+                    }
                 }
             }
             tx.execute(
@@ -133,8 +158,8 @@ impl Store {
                     close.ended_at_ms,
                     close.outcome,
                     close.http_status,
-                    close.prompt_tokens.map(|n| n as i64),
-                    close.completion_tokens.map(|n| n as i64),
+                    close.prompt_tokens.map(saturating_i64),
+                    close.completion_tokens.map(saturating_i64),
                     close.detail
                 ],
             )
@@ -156,14 +181,16 @@ impl Store {
             let mut stmt = conn
                 .prepare(
                     "SELECT l.task_id, t.title, t.status,
-                            COUNT(*),
+                            SUM(l.outcome != 'unreachable'),
                             SUM(l.outcome = 'ok'),
-                            SUM(l.outcome NOT IN ('ok', 'in_flight')),
+                            SUM(l.outcome NOT IN ('ok', 'in_flight', 'unknown', 'unreachable')),
                             COALESCE(SUM(l.prompt_tokens), 0),
                             COALESCE(SUM(l.completion_tokens), 0),
                             COALESCE(s.attempts, 0),
                             s.parked_at_ms IS NOT NULL,
-                            MAX(l.started_at_ms)
+                            MAX(l.started_at_ms),
+                            SUM(l.outcome = 'unknown'),
+                            SUM(l.outcome = 'unreachable')
                      FROM hermes_aux_ledger l
                      LEFT JOIN tasks t ON t.id = l.task_id
                      LEFT JOIN hermes_decompose_state s ON s.task_id = l.task_id
@@ -178,11 +205,13 @@ impl Store {
                         task_id: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
                         title: r.get(1)?,
                         status: r.get(2)?,
-                        calls: r.get::<_, i64>(3)? as u64,
-                        ok: r.get::<_, i64>(4)? as u64,
-                        failed: r.get::<_, i64>(5)? as u64,
-                        prompt_tokens: r.get::<_, i64>(6)? as u64,
-                        completion_tokens: r.get::<_, i64>(7)? as u64,
+                        calls: count(r.get(3)?),
+                        ok: count(r.get(4)?),
+                        failed: count(r.get(5)?),
+                        unknown: count(r.get(11)?),
+                        unreachable: count(r.get(12)?),
+                        prompt_tokens: count(r.get(6)?),
+                        completion_tokens: count(r.get(7)?),
                         attempts: r.get(8)?,
                         parked: r.get(9)?,
                         last_call_at: r.get::<_, Option<i64>>(10)?.map(|ms| ms as f64 / 1000.0),
@@ -194,16 +223,20 @@ impl Store {
                 t.calls += c.calls;
                 t.ok += c.ok;
                 t.failed += c.failed;
-                t.prompt_tokens += c.prompt_tokens;
-                t.completion_tokens += c.completion_tokens;
+                t.unknown += c.unknown;
+                t.unreachable += c.unreachable;
+                t.prompt_tokens = t.prompt_tokens.saturating_add(c.prompt_tokens);
+                t.completion_tokens = t.completion_tokens.saturating_add(c.completion_tokens);
                 t
             });
-            let pause = board_pause(conn)?
-                .filter(|p| p.until_ms > now_ms)
-                .map(|p| UsagePause {
+            let in_force = |pause: Option<super::Pause>| {
+                pause.filter(|p| p.until_ms > now_ms).map(|p| UsagePause {
                     until: p.until_ms as f64 / 1000.0,
                     reason: p.reason,
-                });
+                })
+            };
+            let pause = in_force(board_pause(conn)?);
+            let unreachable = in_force(unreachable_pause(conn)?);
             Ok(UsageReport {
                 since: since_ms.map(|ms| ms.div_euclid(1000)),
                 totals,
@@ -212,8 +245,19 @@ impl Store {
                     limit: calls_per_hour,
                 },
                 pause,
+                unreachable,
                 cards,
             })
         })
     }
+}
+
+/// A count SQLite summed (NULL for no rows), as a count.
+fn count(n: Option<i64>) -> u64 {
+    n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
+}
+
+/// A provider-reported count as SQLite's integer; an absurd one is kept as the largest.
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

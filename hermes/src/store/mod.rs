@@ -5,6 +5,9 @@
 //! The transaction-level helpers in `store::board` are shared with the decompose apply transaction.
 
 pub(crate) mod board;
+mod claims;
+#[cfg(test)]
+mod claims_tests;
 mod decompose;
 #[cfg(test)]
 mod decompose_tests;
@@ -28,12 +31,13 @@ use serde_json::Value;
 
 pub use crate::clock::now_ms;
 pub use crate::core::{BeginRefusal, Origin};
+pub use claims::{Claim, Recovered};
 pub use decompose::{
-    ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, FailureRecord, PauseRecord,
-    HUMAN_BLOCK_KINDS,
+    ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, FailureRecord, NothingSentRecord,
+    PauseRecord, UnreachableRecord, HUMAN_BLOCK_KINDS,
 };
 pub use guards::{AutoGate, Pause, HOUR_MS};
-pub use handle::{BoardError, BoardHandle};
+pub use handle::{BoardError, BoardFile, BoardHandle};
 pub use ledger::{
     CardUsage, LedgerClose, LedgerOpen, UsagePause, UsageReport, UsageTotals, UsageWindow,
 };

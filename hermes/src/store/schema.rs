@@ -197,6 +197,22 @@ pub(crate) const TABLES: &[Table] = &[
         ],
         constraints: &[],
     },
+    // The attempt in flight on a card, if any: recorded with the attempt, removed when its end
+    // is recorded. Until then no other attempt may pay for the card (B1, B4). `owner` names the
+    // process (see `process::token`), so a live holder keeps the card even if the clock jumps,
+    // and a dead one's claim is void at once; `until_ms` bounds it when liveness is unknown.
+    Table {
+        name: "hermes_decompose_claims",
+        columns: columns![
+            "task_id" "TEXT PRIMARY KEY",
+            "attempt" "INTEGER NOT NULL",
+            "origin" "TEXT NOT NULL",
+            "owner" "TEXT NOT NULL",
+            "claimed_at_ms" "INTEGER NOT NULL",
+            "until_ms" "INTEGER NOT NULL",
+        ],
+        constraints: &[],
+    },
     // Board-wide switches with an optional expiry (provider cooldowns, rate-limit pauses).
     Table {
         name: "hermes_board_state",
@@ -260,6 +276,7 @@ pub(crate) const INDEXES: &[Index] = &[
         "hermes_aux_ledger",
         "task_id, started_at_ms"
     ),
+    index!("hermes_idx_ledger_in_flight", "hermes_aux_ledger", "task_id, attempt", where "outcome = 'in_flight'"),
 ];
 
 impl Table {

@@ -1,0 +1,321 @@
+//! Claims: the attempt in flight on a card (B1, B4 across processes).
+//!
+//! `begin_attempt` records a claim in the same transaction that counts the attempt; the
+//! transaction that records the attempt's end removes it. While it is held, no automatic path in
+//! any process picks the card, and no attempt of any origin begins on it. A claim is held while
+//! its process is alive (whatever the clock says), and, when that cannot be known, until its
+//! expiry. The claim of a process that died is void: its attempt is closed here as abandoned
+//! (its open ledger rows become `unknown`, maybe billed), at the next start of a gateway or a
+//! sweep, on a gateway tick, or when another attempt finds it.
+
+use std::collections::HashSet;
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use serde_json::json;
+
+use super::board::add_event;
+use super::{SqlResultExt, Store, StoreError};
+use crate::process;
+
+/// Ledger outcome of a request whose process ended before recording how it went.
+pub(crate) const UNKNOWN: &str = "unknown";
+
+/// One claim row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub task_id: String,
+    pub attempt: u32,
+    pub origin: String,
+    /// The holding process (see `process::token`).
+    pub owner: String,
+    pub claimed_at_ms: i64,
+    pub until_ms: i64,
+}
+
+impl Claim {
+    /// Whether the claim still holds the card at `now_ms`.
+    pub fn holds(&self, now_ms: i64) -> bool {
+        match process::is_alive(&self.owner) {
+            Some(alive) => alive,
+            None => self.until_ms > now_ms,
+        }
+    }
+
+    /// Who holds it, for messages: `gateway, pid 123`.
+    pub fn holder(&self) -> String {
+        format!("{}, {}", self.origin, process::describe(&self.owner))
+    }
+}
+
+/// What closing abandoned attempts did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Ledger rows left `in_flight` and now closed as `unknown` (maybe billed).
+    pub closed_rows: usize,
+    /// Cards whose abandoned attempt had sent a request: recorded as a failed attempt.
+    pub failed: Vec<String>,
+    /// Cards whose abandoned attempt never sent a request: not counted after all.
+    pub refunded: Vec<String>,
+    /// Cards parked because the abandoned attempt was their last.
+    pub parked: Vec<String>,
+}
+
+impl Recovered {
+    /// Whether anything was found.
+    pub fn is_empty(&self) -> bool {
+        *self == Recovered::default()
+    }
+}
+
+impl Store {
+    /// The claim on `task_id`, if there is a row (held or not).
+    pub fn claim(&self, task_id: &str) -> Result<Option<Claim>, StoreError> {
+        self.read(|conn| claim_of(conn, task_id))
+    }
+
+    /// Closes every attempt whose claim no longer holds (its process died, or its expiry passed
+    /// while its liveness cannot be known), plus claims of this process on cards not in
+    /// `ours_running` (an attempt of ours whose end could not be recorded), plus ledger rows left
+    /// `in_flight` with no claim at all (a crash of an older build). A card whose abandoned
+    /// attempt sent a request gets a `decompose_failed` event (and is parked when that was its
+    /// last automatic attempt under `max_attempts`); one that never sent a request gets its
+    /// attempt back. One transaction; nothing is written when nothing is found.
+    pub fn recover_abandoned(
+        &mut self,
+        now_ms: i64,
+        ours_running: &HashSet<String>,
+        max_attempts: u32,
+    ) -> Result<Recovered, StoreError> {
+        if !self.read(|conn| anything_to_recover(conn, now_ms, ours_running))? {
+            return Ok(Recovered::default());
+        }
+        self.write(|tx| {
+            let mut recovered = Recovered::default();
+            for claim in claims(tx)? {
+                let ours_lost =
+                    claim.owner == process::token() && !ours_running.contains(&claim.task_id);
+                if ours_lost || !claim.holds(now_ms) {
+                    abandon(tx, &claim, now_ms, max_attempts, &mut recovered)?;
+                }
+            }
+            recovered.closed_rows += close_unclaimed_rows(tx, now_ms)?;
+            Ok(recovered)
+        })
+    }
+}
+
+fn anything_to_recover(
+    conn: &Connection,
+    now_ms: i64,
+    ours_running: &HashSet<String>,
+) -> Result<bool, StoreError> {
+    let stale = claims(conn)?.iter().any(|claim| {
+        (claim.owner == process::token() && !ours_running.contains(&claim.task_id))
+            || !claim.holds(now_ms)
+    });
+    Ok(stale || unclaimed_rows(conn)? > 0)
+}
+
+pub(crate) fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>, StoreError> {
+    conn.query_row(
+        "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms
+         FROM hermes_decompose_claims WHERE task_id = ?1",
+        [task_id],
+        claim_row,
+    )
+    .optional()
+    .sql("reading the card's claim")
+}
+
+fn claims(conn: &Connection) -> Result<Vec<Claim>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms
+             FROM hermes_decompose_claims ORDER BY task_id",
+        )
+        .sql("reading claims")?;
+    let rows = stmt.query_map([], claim_row).sql("reading claims")?;
+    rows.collect::<Result<_, _>>().sql("reading claims")
+}
+
+fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claim> {
+    Ok(Claim {
+        task_id: r.get(0)?,
+        attempt: r.get(1)?,
+        origin: r.get(2)?,
+        owner: r.get(3)?,
+        claimed_at_ms: r.get(4)?,
+        until_ms: r.get(5)?,
+    })
+}
+
+/// Records this process's claim on `task_id` for `attempt` (replacing a stale one).
+pub(crate) fn put_claim(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    attempt: u32,
+    origin: &str,
+    now_ms: i64,
+    until_ms: i64,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO hermes_decompose_claims (task_id, attempt, origin, owner, claimed_at_ms, until_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT(task_id) DO UPDATE SET
+             attempt = excluded.attempt, origin = excluded.origin, owner = excluded.owner,
+             claimed_at_ms = excluded.claimed_at_ms, until_ms = excluded.until_ms",
+        params![task_id, attempt, origin, process::token(), now_ms, until_ms],
+    )
+    .sql("claiming the card")?;
+    Ok(())
+}
+
+/// Removes this process's claim on `task_id`, if it still has one.
+pub(crate) fn release(tx: &Transaction<'_>, task_id: &str) -> Result<(), StoreError> {
+    tx.execute(
+        "DELETE FROM hermes_decompose_claims WHERE task_id = ?1 AND owner = ?2",
+        params![task_id, process::token()],
+    )
+    .sql("releasing the card's claim")?;
+    Ok(())
+}
+
+/// Closes the attempt behind a claim that no longer holds, and removes the claim.
+pub(crate) fn abandon(
+    tx: &Transaction<'_>,
+    claim: &Claim,
+    now_ms: i64,
+    max_attempts: u32,
+    recovered: &mut Recovered,
+) -> Result<(), StoreError> {
+    let detail = format!(
+        "the attempt's process ({}) ended before recording how this request went; it may have been billed",
+        claim.holder()
+    );
+    let closed = tx
+        .execute(
+            "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, detail = ?5
+             WHERE task_id = ?1 AND attempt = ?2 AND outcome = 'in_flight'",
+            params![claim.task_id, claim.attempt, UNKNOWN, now_ms, detail],
+        )
+        .sql("closing the abandoned attempt's ledger rows")?;
+    recovered.closed_rows += closed;
+    let sent: i64 = tx
+        .query_row(
+            "SELECT COUNT(*) FROM hermes_aux_ledger
+             WHERE task_id = ?1 AND attempt = ?2 AND outcome != ?3",
+            params![claim.task_id, claim.attempt, super::guards::UNREACHABLE],
+            |r| r.get(0),
+        )
+        .sql("counting the abandoned attempt's requests")?;
+    let state: Option<(u32, Option<i64>, Option<i64>)> = tx
+        .query_row(
+            "SELECT attempts, due_at_ms, parked_at_ms FROM hermes_decompose_state WHERE task_id = ?1",
+            [&claim.task_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .sql("reading the card's decompose state")?;
+    let status: Option<String> = tx
+        .query_row(
+            "SELECT status FROM tasks WHERE id = ?1",
+            [&claim.task_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .sql("reading the card")?;
+    // Only the attempt the claim names is closed; a later one (there cannot be one while the
+    // claim stands, but a hand-edited board may say otherwise) is left alone.
+    let current = state.is_some_and(|(attempts, _, _)| attempts == claim.attempt);
+    if sent == 0 {
+        if current {
+            refund(tx, &claim.task_id, claim.attempt, now_ms)?;
+            recovered.refunded.push(claim.task_id.clone());
+        }
+    } else if current && status.as_deref() == Some("triage") {
+        let (attempts, due, parked_at) = state.unwrap_or((claim.attempt, None, None));
+        let park = parked_at.is_none() && attempts >= max_attempts;
+        let reason = format!(
+            "abandoned: {} ended before recording how attempt {} went (its request may have been billed)",
+            claim.holder(),
+            claim.attempt
+        );
+        tx.execute(
+            "UPDATE hermes_decompose_state SET last_error = ?2,
+                 due_at_ms = CASE WHEN ?3 THEN NULL ELSE due_at_ms END,
+                 parked_at_ms = CASE WHEN ?3 THEN ?4 ELSE parked_at_ms END
+             WHERE task_id = ?1",
+            params![claim.task_id, reason, park, now_ms],
+        )
+        .sql("recording the abandoned attempt")?;
+        add_event(
+            tx,
+            &claim.task_id,
+            "decompose_failed",
+            Some(&json!({
+                "attempt": claim.attempt,
+                "reason": reason,
+                "origin": claim.origin,
+                "next_attempt_at": if park { None } else { due.map(|ms| ms as f64 / 1000.0) },
+            })),
+        )?;
+        recovered.failed.push(claim.task_id.clone());
+        if park {
+            add_event(
+                tx,
+                &claim.task_id,
+                "decompose_parked",
+                Some(&json!({"attempts": attempts, "reason": reason})),
+            )?;
+            recovered.parked.push(claim.task_id.clone());
+        }
+    }
+    tx.execute(
+        "DELETE FROM hermes_decompose_claims WHERE task_id = ?1 AND owner = ?2",
+        params![claim.task_id, claim.owner],
+    )
+    .sql("removing the abandoned claim")?;
+    Ok(())
+}
+
+/// Gives an attempt that sent nothing back to the card: it is not counted, and the card is due
+/// again (board-wide guards still apply).
+pub(crate) fn refund(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    attempt: u32,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE hermes_decompose_state SET attempts = attempts - 1,
+             due_at_ms = CASE WHEN due_at_ms IS NULL THEN NULL ELSE MIN(due_at_ms, ?3) END
+         WHERE task_id = ?1 AND attempts = ?2 AND attempts > 0",
+        params![task_id, attempt, now_ms],
+    )
+    .sql("giving back an attempt that sent nothing")?;
+    Ok(())
+}
+
+fn unclaimed_rows(conn: &Connection) -> Result<i64, StoreError> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM hermes_aux_ledger l WHERE l.outcome = 'in_flight'
+           AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
+                           WHERE c.task_id = l.task_id AND c.attempt = l.attempt)",
+        [],
+        |r| r.get(0),
+    )
+    .sql("looking for ledger rows left in flight")
+}
+
+fn close_unclaimed_rows(tx: &Transaction<'_>, now_ms: i64) -> Result<usize, StoreError> {
+    tx.execute(
+        "UPDATE hermes_aux_ledger SET outcome = ?1, ended_at_ms = ?2,
+             detail = 'left in flight by a process that ended before recording how it went; it may have been billed'
+         WHERE outcome = 'in_flight'
+           AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
+                           WHERE c.task_id = hermes_aux_ledger.task_id
+                             AND c.attempt = hermes_aux_ledger.attempt)",
+        params![UNKNOWN, now_ms],
+    )
+    .sql("closing ledger rows left in flight")
+}
