@@ -21,11 +21,11 @@ mod tests;
 
 use std::fmt;
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 use serde_json::Value;
 
@@ -48,8 +48,22 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 /// Pause between tries when another process is switching a fresh board's journal mode.
 const WAL_SWITCH_RETRY: Duration = Duration::from_millis(20);
 
-/// The first 16 bytes of every SQLite 3 database file.
-const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+/// A store that closes with more than this many pages in the WAL checkpoints it into `kanban.db`
+/// and truncates it; below that, closing leaves the WAL as it is.
+///
+/// SQLite's default is to checkpoint whenever the last connection closes, which costs every CLI
+/// call two more `fsync`s plus the WAL's unlink and re-creation (with a directory sync). A WAL
+/// left in place costs the next process instead: it rebuilds the WAL's index by reading the
+/// whole file (one read per page) before its first statement, and cannot tell which frames were
+/// already copied, so SQLite's own size-triggered checkpoints never let the file shrink.
+/// Truncating at this size bounds that read to half a megabyte; a `kanban create` writes 14
+/// pages, so about one call in ten pays the checkpoint (two more `fsync`s, and one for the new
+/// WAL header on the next commit). Every commit still syncs the WAL, so nothing durable is
+/// given up.
+pub const WAL_CHECKPOINT_PAGES: u64 = 128;
+
+/// Bytes of one WAL frame: a 24-byte header and one page (SQLite's default 4096-byte pages).
+const WAL_FRAME_BYTES: u64 = 24 + 4096;
 
 /// Errors from the board.
 #[derive(Debug, thiserror::Error)]
@@ -405,15 +419,21 @@ impl fmt::Debug for Store {
     }
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.checkpoint_if_large();
+    }
+}
+
 impl Store {
     /// Opens the board at `db_path`, creating the directory and the file when missing.
     ///
-    /// An existing file is checked before anything could write to it: its header must be
-    /// SQLite's and its schema must be readable, otherwise [`StoreError::Corrupt`] is returned
-    /// and the file is left byte-for-byte as it was. (Damage deeper in the file surfaces as a
-    /// read error when it is reached; a full integrity check would cost every command time in
-    /// proportion to the board's size.) The schema is then brought up to
-    /// date additively (see `store::schema`).
+    /// An existing file is checked before anything could write to it: its schema must be
+    /// readable (which is also SQLite's own check of the header), otherwise
+    /// [`StoreError::Corrupt`] is returned and the file is left byte-for-byte as it was. (Damage
+    /// deeper in the file surfaces as a read error when it is reached; a full integrity check
+    /// would cost every command time in proportion to the board's size.) The schema is then
+    /// brought up to date additively (see `store::schema`).
     pub fn open(db_path: impl AsRef<Path>) -> Result<Store, StoreError> {
         let path = db_path.as_ref().to_owned();
         let existed = match fs::metadata(&path) {
@@ -423,13 +443,8 @@ impl Store {
                     detail: "it is a directory".into(),
                 })
             }
-            Ok(meta) => {
-                // SQLite treats an empty file as an empty database, as upstream does.
-                if meta.len() > 0 {
-                    check_header(&path)?;
-                }
-                true
-            }
+            // SQLite treats an empty file as an empty database, as upstream does.
+            Ok(_) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     fs::create_dir_all(dir).map_err(|source| StoreError::Io {
@@ -449,6 +464,11 @@ impl Store {
             }
         };
 
+        // SQLite may be built not to sync the directory when it creates the WAL (see
+        // `.cargo/config.toml`), so whenever this open may create it (or the board itself), the
+        // directory is synced here: the file's entry must survive a power cut as its frames do.
+        let wal_existed = existed && fs::metadata(wal_path(&path)).is_ok();
+
         // Without CREATE for an existing file, so a file removed under us is an error rather
         // than a silently empty board.
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -461,6 +481,9 @@ impl Store {
         })?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .sql("setting the busy timeout")?;
+        // See `WAL_CHECKPOINT_PAGES`: the last connection to close leaves the WAL in place.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .sql("keeping the WAL on close")?;
         let mut store = Store {
             conn,
             path,
@@ -471,12 +494,42 @@ impl Store {
         }
         store.configure()?;
         store.migrate()?;
+        if !wal_existed {
+            store.sync_directory();
+        }
         Ok(store)
+    }
+
+    /// Makes the board's directory entries (the board and its WAL) durable. Errors are ignored,
+    /// as SQLite ignores them: some filesystems cannot sync a directory at all.
+    fn sync_directory(&self) {
+        let dir = match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        if let Ok(dir) = fs::File::open(dir) {
+            let _ = dir.sync_all();
+        }
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Copies a WAL grown past [`WAL_CHECKPOINT_PAGES`] into the board and empties it.
+    ///
+    /// Best effort and never waiting: another process reading or writing the board makes the
+    /// checkpoint give up at once (a later close retries), because a closing CLI call must not
+    /// stall behind a gateway's long transaction.
+    fn checkpoint_if_large(&mut self) {
+        let large = fs::metadata(wal_path(&self.path))
+            .is_ok_and(|m| m.len() > WAL_CHECKPOINT_PAGES * WAL_FRAME_BYTES);
+        if large && self.conn.busy_timeout(Duration::ZERO).is_ok() {
+            let _ = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        }
     }
 
     /// Fails with `Corrupt` when SQLite cannot read the file as a database.
@@ -505,6 +558,7 @@ impl Store {
 
     fn configure(&self) -> Result<(), StoreError> {
         self.enable_wal()?;
+        // FULL: every commit syncs the WAL, so a recorded attempt survives a power cut (B1).
         self.conn
             .execute_batch("PRAGMA synchronous=FULL")
             .sql("setting synchronous=FULL")?;
@@ -660,26 +714,11 @@ impl Store {
     }
 }
 
-fn check_header(path: &Path) -> Result<(), StoreError> {
-    let mut head = Vec::with_capacity(SQLITE_HEADER.len());
-    fs::File::open(path)
-        .and_then(|f| f.take(SQLITE_HEADER.len() as u64).read_to_end(&mut head))
-        .map_err(|source| StoreError::Io {
-            context: "could not read",
-            path: path.to_owned(),
-            source,
-        })?;
-    if head.as_slice() == SQLITE_HEADER {
-        return Ok(());
-    }
-    let shown: Vec<String> = head.iter().map(|b| format!("{b:02x}")).collect();
-    Err(StoreError::Corrupt {
-        path: path.to_owned(),
-        detail: format!(
-            "its header is not SQLite's; first bytes: {}",
-            shown.join(" ")
-        ),
-    })
+/// `<board>-wal`, SQLite's write-ahead log beside the board.
+fn wal_path(db_path: &Path) -> PathBuf {
+    let mut wal = db_path.as_os_str().to_owned();
+    wal.push("-wal");
+    PathBuf::from(wal)
 }
 
 /// A JSON value in the compact style upstream stores event payloads in.

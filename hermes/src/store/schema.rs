@@ -326,48 +326,85 @@ const CHECKED_KEY: &str = "schema_checked";
 
 /// Whether the schema was already found complete at its current cookie by this definition.
 pub(crate) fn known_current(conn: &Connection) -> Result<bool, StoreError> {
-    let marker: Option<String> = match conn.query_row(
-        "SELECT value FROM hermes_board_state WHERE key = ?1",
+    // One statement for the marker and the cookie: this runs on every open.
+    let found: Result<(Option<String>, i64), _> = conn.query_row(
+        "SELECT value, (SELECT schema_version FROM pragma_schema_version)
+         FROM hermes_board_state WHERE key = ?1",
         [CHECKED_KEY],
-        |r| r.get(0),
-    ) {
-        Ok(value) => value,
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    );
+    match found {
+        Ok((marker, cookie)) => Ok(marker.as_deref() == Some(marker_text(cookie).as_str())),
         // No such table (a board written by another tool) or no marker yet.
-        Err(_) => return Ok(false),
-    };
-    Ok(marker.as_deref() == Some(checked_marker(conn)?.as_str()))
+        Err(_) => Ok(false),
+    }
 }
 
 /// Records, inside the caller's write transaction, that the schema is now complete.
 pub(crate) fn mark_current(conn: &Connection, now_ms: i64) -> Result<(), StoreError> {
-    let marker = checked_marker(conn)?;
+    let cookie: i64 = conn
+        .query_row("PRAGMA schema_version", [], |r| r.get(0))
+        .sql("reading the schema version")?;
     conn.execute(
         "INSERT INTO hermes_board_state (key, value, updated_at_ms) VALUES (?1, ?2, ?3)
          ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
-        rusqlite::params![CHECKED_KEY, marker, now_ms],
+        rusqlite::params![CHECKED_KEY, marker_text(cookie), now_ms],
     )
     .sql("recording the schema check")?;
     Ok(())
 }
 
-fn checked_marker(conn: &Connection) -> Result<String, StoreError> {
-    let cookie: i64 = conn
-        .query_row("PRAGMA schema_version", [], |r| r.get(0))
-        .sql("reading the schema version")?;
-    Ok(format!("{cookie}:{:016x}", definition_fingerprint()))
+fn marker_text(cookie: i64) -> String {
+    format!("{cookie}:{DEFINITION_FINGERPRINT:016x}")
 }
 
-/// FNV-1a over every statement of our schema definition.
-fn definition_fingerprint() -> u64 {
-    let sql = TABLES
-        .iter()
-        .map(Table::create_sql)
-        .chain(INDEXES.iter().map(Index::create_sql));
-    sql.fold(0xcbf2_9ce4_8422_2325, |hash, statement| {
-        statement.bytes().fold(hash, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
-    })
+/// FNV-1a over every name and declaration of our schema definition, computed at compile time
+/// (every open compares against it). Fields are separated by a NUL so that moving text from
+/// one field to the next changes the hash.
+const DEFINITION_FINGERPRINT: u64 = definition_fingerprint();
+
+const fn fnv1a(mut hash: u64, text: &str) -> u64 {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        hash = (hash ^ bytes[i] as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    // The separator: a NUL byte, for which the XOR step is a no-op.
+    hash.wrapping_mul(0x0000_0100_0000_01b3)
+}
+
+const fn definition_fingerprint() -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325;
+    let mut t = 0;
+    while t < TABLES.len() {
+        let table = &TABLES[t];
+        hash = fnv1a(hash, table.name);
+        let mut c = 0;
+        while c < table.columns.len() {
+            hash = fnv1a(hash, table.columns[c].name);
+            hash = fnv1a(hash, table.columns[c].decl);
+            c += 1;
+        }
+        let mut k = 0;
+        while k < table.constraints.len() {
+            hash = fnv1a(hash, table.constraints[k]);
+            k += 1;
+        }
+        t += 1;
+    }
+    let mut i = 0;
+    while i < INDEXES.len() {
+        let index = &INDEXES[i];
+        hash = fnv1a(hash, index.name);
+        hash = fnv1a(hash, index.table);
+        hash = fnv1a(hash, index.on);
+        if let Some(partial) = index.partial {
+            hash = fnv1a(hash, partial);
+        }
+        i += 1;
+    }
+    hash
 }
 
 /// The statements that bring `conn`'s schema up to date, in a safe order: missing tables,
