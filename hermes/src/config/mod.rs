@@ -1,0 +1,761 @@
+//! Where the board lives (`Home`) and what `config.yaml` / `.env` say (`Config`, `api_key`).
+//!
+//! `config.yaml` is shared with upstream hermes, which writes many keys we have no use for, so
+//! unknown keys are ignored; under `kanban:` and `auxiliary.kanban_decomposer:`, where a typo
+//! silently changes what is billed, a key neither implementation knows becomes a warning naming
+//! the closest known key (`keys`). The keys we do read are checked strictly: a wrong type or a
+//! number outside the key's documented range ([`NUMERIC_KEYS`]) is reported with its dotted path
+//! instead of silently falling back to a default, because a misread bound (say,
+//! `decompose_calls_per_hour`) is money.
+
+mod decomposer;
+mod keys;
+#[cfg(test)]
+mod tests;
+
+pub use decomposer::{
+    DecomposerConfig, DecomposerEndpoint, DecomposerSetupError, EndpointSource, OPENAI_BASE_URL,
+};
+pub use keys::{ConfigWarning, WarningLog};
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_norway::{Mapping, Value};
+
+/// Errors from locating the home or reading its configuration files.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Neither `$HERMES_HOME` nor `$HOME` is set, so there is nowhere to put the board.
+    #[error("cannot locate the board home: neither HERMES_HOME nor HOME is set")]
+    NoHome,
+    /// The file exists but could not be read.
+    #[error("could not read {path}")]
+    Read {
+        /// The file that failed.
+        path: PathBuf,
+        /// The underlying I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML.
+    #[error("{path}{}: invalid YAML: {detail}", line.map(|l| format!(": line {l}")).unwrap_or_default())]
+    Syntax {
+        /// The file that failed.
+        path: PathBuf,
+        /// 1-based line of the problem, when the parser knows it.
+        line: Option<usize>,
+        /// The parser's description.
+        detail: String,
+    },
+    /// A key we read holds a value of the wrong type or out of range.
+    #[error("{}: {key}: {problem}", path.display())]
+    Invalid {
+        /// The file that failed.
+        path: PathBuf,
+        /// Dotted key, e.g. `kanban.dispatch_interval_seconds` (or a section name).
+        key: String,
+        /// What was expected and what was found.
+        problem: String,
+    },
+}
+
+/// The board's home directory and the files in it.
+///
+/// Resolved once per process from `$HERMES_HOME` (default `$HOME/.hermes`) and
+/// `$HERMES_GATEWAY_LOCK_DIR` (default `<home>/locks`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Home {
+    root: PathBuf,
+    lock_dir: PathBuf,
+}
+
+impl Home {
+    /// Resolves the home from the process environment.
+    pub fn from_env() -> Result<Home, ConfigError> {
+        Home::from_vars(
+            std::env::var_os("HERMES_HOME"),
+            std::env::var_os("HOME"),
+            std::env::var_os("HERMES_GATEWAY_LOCK_DIR"),
+        )
+    }
+
+    /// Resolves the home from explicit variable values (empty counts as unset, as a shell
+    /// `HERMES_HOME=` export usually means "not configured" rather than "the current directory").
+    pub fn from_vars(
+        hermes_home: Option<OsString>,
+        home: Option<OsString>,
+        lock_dir: Option<OsString>,
+    ) -> Result<Home, ConfigError> {
+        let non_empty = |v: Option<OsString>| v.filter(|s| !s.is_empty()).map(PathBuf::from);
+        let root = match (non_empty(hermes_home), non_empty(home)) {
+            (Some(explicit), _) => explicit,
+            (None, Some(home)) => home.join(".hermes"),
+            (None, None) => return Err(ConfigError::NoHome),
+        };
+        let lock_dir = non_empty(lock_dir).unwrap_or_else(|| root.join("locks"));
+        Ok(Home { root, lock_dir })
+    }
+
+    /// A home rooted at `root` with the default lock directory.
+    pub fn at(root: impl Into<PathBuf>) -> Home {
+        let root = root.into();
+        let lock_dir = root.join("locks");
+        Home { root, lock_dir }
+    }
+
+    /// The home directory itself (`$HERMES_HOME`).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<home>/config.yaml`.
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join("config.yaml")
+    }
+
+    /// `<home>/.env`.
+    pub fn env_path(&self) -> PathBuf {
+        self.root.join(".env")
+    }
+
+    /// `<home>/kanban.db`.
+    pub fn db_path(&self) -> PathBuf {
+        self.root.join("kanban.db")
+    }
+
+    /// Where the gateway keeps its singleton lock.
+    pub fn lock_dir(&self) -> &Path {
+        &self.lock_dir
+    }
+}
+
+/// Everything `hermes` reads from `config.yaml`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Config {
+    /// `model.*`: which OpenAI-compatible endpoint and model decompose calls go to.
+    pub model: ModelConfig,
+    /// `auxiliary.*`: limits on one aux HTTP request, and the decomposer's own settings.
+    pub auxiliary: AuxiliaryConfig,
+    /// `kanban.*`: the dispatcher and the billing bounds.
+    pub kanban: KanbanConfig,
+    /// What was ignored but looks like a mistake (an unknown key, a setting upstream's rules
+    /// make ineffective), in file order; the CLI prints these on stderr, the gateway logs them.
+    pub warnings: Vec<ConfigWarning>,
+}
+
+/// `model.*`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ModelConfig {
+    /// OpenAI-compatible base URL, e.g. `http://127.0.0.1:PORT/v1`.
+    pub base_url: Option<String>,
+    /// Model name sent in requests.
+    pub default: Option<String>,
+    /// Provider label; accepted for compatibility, not used.
+    pub provider: Option<String>,
+}
+
+/// `auxiliary.*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuxiliaryConfig {
+    /// Extra HTTP tries inside one attempt on 5xx / connection errors (at most
+    /// [`MAX_TRANSIENT_RETRIES`]).
+    pub transient_retries: u32,
+    /// Wall-clock bound on one aux HTTP request, streaming included. Decompose calls use
+    /// [`Config::decompose_timeout`], which also honours the decomposer's own `timeout`.
+    pub timeout: Duration,
+    /// `auxiliary.kanban_decomposer.*`, upstream's per-task settings for decompose calls.
+    pub kanban_decomposer: DecomposerConfig,
+}
+
+/// `kanban.*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KanbanConfig {
+    /// Whether `gateway run` hosts the dispatcher at all.
+    pub dispatch_in_gateway: bool,
+    /// Dispatcher tick period (always > 0).
+    pub dispatch_interval: Duration,
+    /// Worker spawn limit per tick; spawning is out of scope, the key is only accepted.
+    pub max_spawn: Option<u32>,
+    /// Master switch for automatic decomposition (re-read every tick).
+    pub auto_decompose: bool,
+    /// Cards attempted per tick (always >= 1).
+    pub auto_decompose_per_tick: u32,
+    /// Assignee given to a decomposed root.
+    pub orchestrator_profile: String,
+    /// Assignee for children with no or an unknown assignee.
+    pub default_assignee: String,
+    /// After a decompose, promote parent-free `todo` cards to `ready`.
+    pub auto_promote_children: bool,
+    /// Paid attempts per card before it is parked.
+    pub decompose_max_attempts: u32,
+    /// Wait after the first failed attempt (doubles per failure, capped by the dispatcher).
+    pub decompose_backoff: Duration,
+    /// A fan-out with more children than this is rejected whole (always >= 1).
+    pub decompose_max_children: u32,
+    /// Board-wide ceiling on paid aux calls in any rolling hour.
+    pub decompose_calls_per_hour: u32,
+    /// Board-wide pause after 401/402/403 from the provider.
+    pub provider_cooldown: Duration,
+}
+
+/// Upper bound on `auxiliary.transient_retries`; larger values are clamped to it, as upstream
+/// does, so a config written for upstream keeps working without multiplying the bill further.
+pub const MAX_TRANSIENT_RETRIES: u32 = 6;
+
+// The defaults of SPEC §2, in one place.
+const DEFAULT_TRANSIENT_RETRIES: u32 = 2;
+const DEFAULT_AUX_TIMEOUT_SECS: u64 = 120;
+const DEFAULT_DISPATCH_INTERVAL_SECS: u64 = 60;
+const DEFAULT_PER_TICK: u32 = 3;
+const DEFAULT_PROFILE: &str = "default";
+const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+const DEFAULT_BACKOFF_SECS: u64 = 60;
+const DEFAULT_MAX_CHILDREN: u32 = 8;
+const DEFAULT_CALLS_PER_HOUR: u32 = 120;
+const DEFAULT_PROVIDER_COOLDOWN_SECS: u64 = 900;
+
+/// What a numeric key counts, for its error message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// A whole number of these (`cards`, `calls`, …).
+    Whole(&'static str),
+    /// Seconds, as an integer or a float.
+    Seconds,
+}
+
+/// What a value beyond one end of the range does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beyond {
+    /// A clear error naming the key and the range.
+    Refused,
+    /// Taken as that end of the range (kept where upstream behaves so, so that a config written
+    /// for upstream still loads).
+    Clamped,
+}
+
+/// A numeric key's documented range; the README's configuration table lists the same.
+///
+/// The ends are chosen so that any value inside is harmless: nothing is allocated from a count,
+/// and every duration, added to any timestamp until the year 9999, stays far from overflow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NumericKey {
+    /// Dotted key, e.g. `kanban.auto_decompose_per_tick`.
+    pub key: &'static str,
+    pub unit: Unit,
+    pub min: f64,
+    pub max: f64,
+    pub below_min: Beyond,
+    pub above_max: Beyond,
+}
+
+impl NumericKey {
+    const fn new(key: &'static str, unit: Unit, min: f64, max: f64) -> NumericKey {
+        NumericKey {
+            key,
+            unit,
+            min,
+            max,
+            below_min: Beyond::Refused,
+            above_max: Beyond::Refused,
+        }
+    }
+
+    /// The last segment of the dotted key.
+    fn leaf(&self) -> &'static str {
+        match self.key.rfind('.') {
+            Some(dot) => &self.key[dot + 1..],
+            None => self.key,
+        }
+    }
+
+    /// `expected a whole number of cards from 1 to 1000`.
+    fn expected(&self) -> String {
+        match self.unit {
+            Unit::Whole(what) => format!(
+                "expected a whole number of {what} from {} to {}",
+                self.min, self.max
+            ),
+            Unit::Seconds => format!(
+                "expected a number of seconds from {} to {}",
+                self.min, self.max
+            ),
+        }
+    }
+}
+
+pub const TRANSIENT_RETRIES: NumericKey = NumericKey {
+    above_max: Beyond::Clamped,
+    ..NumericKey::new(
+        "auxiliary.transient_retries",
+        Unit::Whole("retries"),
+        0.0,
+        MAX_TRANSIENT_RETRIES as f64,
+    )
+};
+pub const AUX_TIMEOUT: NumericKey =
+    NumericKey::new("auxiliary.timeout_seconds", Unit::Seconds, 0.01, 3600.0);
+pub const DECOMPOSER_TIMEOUT: NumericKey = NumericKey::new(
+    "auxiliary.kanban_decomposer.timeout",
+    Unit::Seconds,
+    0.01,
+    3600.0,
+);
+pub const DISPATCH_INTERVAL: NumericKey = NumericKey::new(
+    "kanban.dispatch_interval_seconds",
+    Unit::Seconds,
+    0.01,
+    86_400.0,
+);
+pub const MAX_SPAWN: NumericKey =
+    NumericKey::new("kanban.max_spawn", Unit::Whole("workers"), 0.0, 1000.0);
+pub const PER_TICK: NumericKey = NumericKey {
+    below_min: Beyond::Clamped,
+    ..NumericKey::new(
+        "kanban.auto_decompose_per_tick",
+        Unit::Whole("cards"),
+        1.0,
+        1000.0,
+    )
+};
+pub const MAX_ATTEMPTS: NumericKey = NumericKey::new(
+    "kanban.decompose_max_attempts",
+    Unit::Whole("attempts"),
+    0.0,
+    100.0,
+);
+pub const BACKOFF: NumericKey = NumericKey::new(
+    "kanban.decompose_backoff_seconds",
+    Unit::Seconds,
+    0.0,
+    3600.0,
+);
+pub const MAX_CHILDREN: NumericKey = NumericKey::new(
+    "kanban.decompose_max_children",
+    Unit::Whole("children"),
+    1.0,
+    100.0,
+);
+pub const CALLS_PER_HOUR: NumericKey = NumericKey::new(
+    "kanban.decompose_calls_per_hour",
+    Unit::Whole("calls"),
+    0.0,
+    100_000.0,
+);
+pub const PROVIDER_COOLDOWN: NumericKey = NumericKey::new(
+    "kanban.provider_cooldown_seconds",
+    Unit::Seconds,
+    1.0,
+    86_400.0,
+);
+
+/// Every numeric key `hermes` reads, with its range.
+pub const NUMERIC_KEYS: [NumericKey; 11] = [
+    TRANSIENT_RETRIES,
+    AUX_TIMEOUT,
+    DECOMPOSER_TIMEOUT,
+    DISPATCH_INTERVAL,
+    MAX_SPAWN,
+    PER_TICK,
+    MAX_ATTEMPTS,
+    BACKOFF,
+    MAX_CHILDREN,
+    CALLS_PER_HOUR,
+    PROVIDER_COOLDOWN,
+];
+
+impl Default for AuxiliaryConfig {
+    fn default() -> Self {
+        AuxiliaryConfig {
+            transient_retries: DEFAULT_TRANSIENT_RETRIES,
+            timeout: Duration::from_secs(DEFAULT_AUX_TIMEOUT_SECS),
+            kanban_decomposer: DecomposerConfig::default(),
+        }
+    }
+}
+
+impl Default for KanbanConfig {
+    fn default() -> Self {
+        KanbanConfig {
+            dispatch_in_gateway: true,
+            dispatch_interval: Duration::from_secs(DEFAULT_DISPATCH_INTERVAL_SECS),
+            max_spawn: None,
+            auto_decompose: true,
+            auto_decompose_per_tick: DEFAULT_PER_TICK,
+            orchestrator_profile: DEFAULT_PROFILE.to_owned(),
+            default_assignee: DEFAULT_PROFILE.to_owned(),
+            auto_promote_children: true,
+            decompose_max_attempts: DEFAULT_MAX_ATTEMPTS,
+            decompose_backoff: Duration::from_secs(DEFAULT_BACKOFF_SECS),
+            decompose_max_children: DEFAULT_MAX_CHILDREN,
+            decompose_calls_per_hour: DEFAULT_CALLS_PER_HOUR,
+            provider_cooldown: Duration::from_secs(DEFAULT_PROVIDER_COOLDOWN_SECS),
+        }
+    }
+}
+
+impl Config {
+    /// Reads `<home>/config.yaml`; a missing file means all defaults.
+    pub fn load(home: &Home) -> Result<Config, ConfigError> {
+        let path = home.config_path();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Config::parse(&text, &path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Read { path, source }),
+        }
+    }
+
+    /// Parses config text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let doc: Value = serde_norway::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_owned(),
+            line: e.location().map(|l| l.line()),
+            detail: e.to_string(),
+        })?;
+        let reader = Reader {
+            path,
+            warnings: RefCell::new(Vec::new()),
+        };
+        let top = match &doc {
+            Value::Null => return Ok(Config::default()),
+            Value::Mapping(m) => m,
+            other => {
+                return Err(reader.invalid(
+                    "(top level)",
+                    format!("expected a mapping of sections, got {}", Got(other)),
+                ))
+            }
+        };
+        let model = reader.model(top)?;
+        let auxiliary = reader.auxiliary(top)?;
+        let kanban = reader.kanban(top)?;
+        Ok(Config {
+            model,
+            auxiliary,
+            kanban,
+            warnings: reader.warnings.into_inner(),
+        })
+    }
+}
+
+/// Walks the parsed YAML, turning each key we know into its typed value or a precise error.
+struct Reader<'a> {
+    path: &'a Path,
+    warnings: RefCell<Vec<ConfigWarning>>,
+}
+
+/// One section's keys; absent or `null` keys fall back to defaults.
+struct Section<'a> {
+    name: &'static str,
+    map: Option<&'a Mapping>,
+}
+
+impl Section<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.map
+            .and_then(|m| m.get(key))
+            .filter(|v| !matches!(v, Value::Null))
+    }
+
+    fn dotted(&self, key: &str) -> String {
+        format!("{}.{key}", self.name)
+    }
+}
+
+impl Reader<'_> {
+    fn invalid(&self, key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_owned(),
+            key: key.into(),
+            problem: problem.into(),
+        }
+    }
+
+    fn warn(&self, key: impl Into<String>, problem: impl Into<String>) {
+        self.warnings
+            .borrow_mut()
+            .push(ConfigWarning::new(self.path, key.into(), problem.into()));
+    }
+
+    fn section<'m>(
+        &self,
+        top: &'m Mapping,
+        name: &'static str,
+    ) -> Result<Section<'m>, ConfigError> {
+        self.section_in(top, name, name)
+    }
+
+    /// The mapping under `key` of `parent`, named `name` (dotted) in messages.
+    fn section_in<'m>(
+        &self,
+        parent: &'m Mapping,
+        key: &str,
+        name: &'static str,
+    ) -> Result<Section<'m>, ConfigError> {
+        match parent.get(key) {
+            None | Some(Value::Null) => Ok(Section { name, map: None }),
+            Some(Value::Mapping(m)) => Ok(Section { name, map: Some(m) }),
+            Some(other) => Err(self.invalid(
+                name,
+                format!("expected a mapping of keys, got {}", Got(other)),
+            )),
+        }
+    }
+
+    fn model(&self, top: &Mapping) -> Result<ModelConfig, ConfigError> {
+        // Upstream's own default config writes `model: ""` or `model: <name>`: a bare string
+        // is the model name, so a config upstream wrote still loads here.
+        if let Some(Value::String(name)) = top.get("model") {
+            return Ok(ModelConfig {
+                default: non_blank(name),
+                ..ModelConfig::default()
+            });
+        }
+        let s = self.section(top, "model")?;
+        Ok(ModelConfig {
+            base_url: self.opt_string(&s, "base_url")?,
+            default: self.opt_string(&s, "default")?,
+            provider: self.opt_string(&s, "provider")?,
+        })
+    }
+
+    fn auxiliary(&self, top: &Mapping) -> Result<AuxiliaryConfig, ConfigError> {
+        let s = self.section(top, "auxiliary")?;
+        let d = AuxiliaryConfig::default();
+        let decomposer = match s.map {
+            Some(map) => {
+                self.section_in(map, "kanban_decomposer", "auxiliary.kanban_decomposer")?
+            }
+            None => Section {
+                name: "auxiliary.kanban_decomposer",
+                map: None,
+            },
+        };
+        Ok(AuxiliaryConfig {
+            transient_retries: self
+                .whole(&s, &TRANSIENT_RETRIES)?
+                .unwrap_or(d.transient_retries),
+            timeout: self.seconds(&s, &AUX_TIMEOUT)?.unwrap_or(d.timeout),
+            kanban_decomposer: decomposer::read(self, &decomposer)?,
+        })
+    }
+
+    fn kanban(&self, top: &Mapping) -> Result<KanbanConfig, ConfigError> {
+        let s = self.section(top, "kanban")?;
+        keys::check_kanban(self, &s);
+        let d = KanbanConfig::default();
+        Ok(KanbanConfig {
+            dispatch_in_gateway: self
+                .boolean(&s, "dispatch_in_gateway")?
+                .unwrap_or(d.dispatch_in_gateway),
+            dispatch_interval: self
+                .seconds(&s, &DISPATCH_INTERVAL)?
+                .unwrap_or(d.dispatch_interval),
+            max_spawn: self.whole(&s, &MAX_SPAWN)?,
+            auto_decompose: self
+                .boolean(&s, "auto_decompose")?
+                .unwrap_or(d.auto_decompose),
+            auto_decompose_per_tick: self
+                .whole(&s, &PER_TICK)?
+                .unwrap_or(d.auto_decompose_per_tick),
+            orchestrator_profile: self
+                .opt_string(&s, "orchestrator_profile")?
+                .unwrap_or(d.orchestrator_profile),
+            default_assignee: self
+                .opt_string(&s, "default_assignee")?
+                .unwrap_or(d.default_assignee),
+            auto_promote_children: self
+                .boolean(&s, "auto_promote_children")?
+                .unwrap_or(d.auto_promote_children),
+            decompose_max_attempts: self
+                .whole(&s, &MAX_ATTEMPTS)?
+                .unwrap_or(d.decompose_max_attempts),
+            decompose_backoff: self.seconds(&s, &BACKOFF)?.unwrap_or(d.decompose_backoff),
+            decompose_max_children: self
+                .whole(&s, &MAX_CHILDREN)?
+                .unwrap_or(d.decompose_max_children),
+            decompose_calls_per_hour: self
+                .whole(&s, &CALLS_PER_HOUR)?
+                .unwrap_or(d.decompose_calls_per_hour),
+            provider_cooldown: self
+                .seconds(&s, &PROVIDER_COOLDOWN)?
+                .unwrap_or(d.provider_cooldown),
+        })
+    }
+
+    /// A string; blank means unset.
+    fn opt_string(&self, s: &Section, key: &str) -> Result<Option<String>, ConfigError> {
+        match s.get(key) {
+            None => Ok(None),
+            Some(Value::String(v)) => Ok(non_blank(v)),
+            Some(other) => Err(self.invalid(
+                s.dotted(key),
+                format!("expected a string, got {}", Got(other)),
+            )),
+        }
+    }
+
+    /// A boolean; the YAML 1.1 spellings upstream's parser accepts (`yes`, `off`, …) count too,
+    /// so a switch flipped in a config written for upstream means the same here.
+    fn boolean(&self, s: &Section, key: &str) -> Result<Option<bool>, ConfigError> {
+        match s.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(Value::String(v)) => match v.trim().to_ascii_lowercase().as_str() {
+                "true" | "yes" | "on" | "y" => Ok(Some(true)),
+                "false" | "no" | "off" | "n" => Ok(Some(false)),
+                _ => Err(self.invalid(
+                    s.dotted(key),
+                    format!(
+                        "expected true or false, got {}",
+                        Got(&Value::String(v.clone()))
+                    ),
+                )),
+            },
+            Some(other) => Err(self.invalid(
+                s.dotted(key),
+                format!("expected true or false, got {}", Got(other)),
+            )),
+        }
+    }
+
+    /// A whole number within `spec`'s range (or clamped to it where `spec` says so).
+    fn whole(&self, s: &Section, spec: &NumericKey) -> Result<Option<u32>, ConfigError> {
+        let Some(v) = s.get(spec.leaf()) else {
+            return Ok(None);
+        };
+        let refuse = || self.invalid(spec.key, format!("{}, got {}", spec.expected(), Got(v)));
+        // Integers beyond i64 (YAML allows them) are simply above any range.
+        let n: i128 = match (v.as_i64(), v.as_u64()) {
+            (Some(n), _) => i128::from(n),
+            (None, Some(n)) => i128::from(n),
+            (None, None) => return Err(refuse()),
+        };
+        // Both ends are small whole numbers, so these conversions are exact.
+        let (min, max) = (spec.min as i128, spec.max as i128);
+        let n = if n < min {
+            match spec.below_min {
+                Beyond::Refused => return Err(refuse()),
+                Beyond::Clamped => min,
+            }
+        } else if n > max {
+            match spec.above_max {
+                Beyond::Refused => return Err(refuse()),
+                Beyond::Clamped => max,
+            }
+        } else {
+            n
+        };
+        u32::try_from(n).map(Some).map_err(|_| refuse())
+    }
+
+    /// Seconds as an integer or a float within `spec`'s range. NaN, infinities and values
+    /// beyond either end are refused, so no later arithmetic on a duration can overflow.
+    fn seconds(&self, s: &Section, spec: &NumericKey) -> Result<Option<Duration>, ConfigError> {
+        let Some(v) = s.get(spec.leaf()) else {
+            return Ok(None);
+        };
+        let refuse = || self.invalid(spec.key, format!("{}, got {}", spec.expected(), Got(v)));
+        let secs = v.as_f64().ok_or_else(refuse)?;
+        // NaN fails both comparisons; -0.0 equals 0.0 and counts as zero.
+        if !(secs >= spec.min && secs <= spec.max) {
+            return Err(refuse());
+        }
+        let secs = if secs == 0.0 { 0.0 } else { secs };
+        Duration::try_from_secs_f64(secs)
+            .map(Some)
+            .map_err(|_| refuse())
+    }
+}
+
+fn non_blank(s: &str) -> Option<String> {
+    let trimmed = s.trim();
+    (!trimmed.is_empty()).then(|| trimmed.to_owned())
+}
+
+/// Renders a YAML value for "got …" in error messages.
+struct Got<'a>(&'a Value);
+
+impl fmt::Display for Got<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Value::Null => f.write_str("nothing (null)"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Number(n) => write!(f, "{n}"),
+            Value::String(s) => write!(f, "{s:?}"),
+            Value::Sequence(_) => f.write_str("a list"),
+            Value::Mapping(_) => f.write_str("a mapping"),
+            Value::Tagged(t) => write!(f, "a value tagged {}", t.tag),
+        }
+    }
+}
+
+/// Parses `.env` text: `KEY=value` lines, blank lines and `#` comments ignored, an optional
+/// `export ` prefix, matching surrounding quotes stripped. Later lines win.
+pub fn parse_dotenv(text: &str) -> BTreeMap<String, String> {
+    let mut vars = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line
+            .strip_prefix("export ")
+            .map(str::trim_start)
+            .unwrap_or(line);
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            continue;
+        }
+        vars.insert(key.to_owned(), dotenv_value(value.trim()));
+    }
+    vars
+}
+
+fn dotenv_value(raw: &str) -> String {
+    for quote in ['"', '\''] {
+        if raw.len() >= 2 && raw.starts_with(quote) && raw.ends_with(quote) {
+            return raw[1..raw.len() - 1].to_owned();
+        }
+    }
+    // Unquoted values may carry a trailing ` # comment`; a `#` glued to the value is kept
+    // because keys and tokens can legitimately contain one.
+    match raw.find(" #").or_else(|| raw.find("\t#")) {
+        Some(cut) => raw[..cut].trim_end().to_owned(),
+        None => raw.to_owned(),
+    }
+}
+
+/// Reads `<home>/.env`; a missing or unreadable file yields no variables.
+pub fn read_dotenv(home: &Home) -> BTreeMap<String, String> {
+    std::fs::read_to_string(home.env_path())
+        .map(|text| parse_dotenv(&text))
+        .unwrap_or_default()
+}
+
+/// The provider key: `OPENAI_API_KEY` from the process environment first, else from `.env`.
+/// Blank values count as unset.
+pub fn api_key(home: &Home) -> Option<String> {
+    let from_env = std::env::var("OPENAI_API_KEY").ok();
+    api_key_from(from_env, || read_dotenv(home))
+}
+
+fn api_key_from(
+    process_value: Option<String>,
+    dotenv: impl FnOnce() -> BTreeMap<String, String>,
+) -> Option<String> {
+    let usable = |v: String| {
+        let trimmed = v.trim().to_owned();
+        (!trimmed.is_empty()).then_some(trimmed)
+    };
+    process_value
+        .and_then(usable)
+        .or_else(|| dotenv().remove("OPENAI_API_KEY").and_then(usable))
+}

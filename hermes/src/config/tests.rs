@@ -1,0 +1,499 @@
+//! The config reader: defaults, every key, wrong types and ranges, `.env`, the home.
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("/h/config.yaml"))
+}
+
+fn err(text: &str) -> String {
+    match parse(text) {
+        Ok(c) => panic!("expected an error for {text:?}, got {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn missing_and_empty_configs_are_all_defaults() {
+    let d = Config::default();
+    assert_eq!(parse("").unwrap(), d);
+    assert_eq!(parse("# only a comment\n").unwrap(), d);
+    assert_eq!(parse("kanban:\nauxiliary:\nmodel:\n").unwrap(), d);
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(Config::load(&Home::at(dir.path())).unwrap(), d);
+}
+
+#[test]
+fn defaults_match_the_spec() {
+    let c = Config::default();
+    assert_eq!(
+        c.model,
+        ModelConfig {
+            base_url: None,
+            default: None,
+            provider: None
+        }
+    );
+    assert_eq!(c.auxiliary.transient_retries, 2);
+    assert_eq!(c.auxiliary.timeout, Duration::from_secs(120));
+    let k = c.kanban;
+    assert!(k.dispatch_in_gateway);
+    assert_eq!(k.dispatch_interval, Duration::from_secs(60));
+    assert_eq!(k.max_spawn, None);
+    assert!(k.auto_decompose);
+    assert_eq!(k.auto_decompose_per_tick, 3);
+    assert_eq!(k.orchestrator_profile, "default");
+    assert_eq!(k.default_assignee, "default");
+    assert!(k.auto_promote_children);
+    assert_eq!(k.decompose_max_attempts, 3);
+    assert_eq!(k.decompose_backoff, Duration::from_secs(60));
+    assert_eq!(k.decompose_max_children, 8);
+    assert_eq!(k.decompose_calls_per_hour, 120);
+    assert_eq!(k.provider_cooldown, Duration::from_secs(900));
+}
+
+#[test]
+fn every_key_is_read() {
+    let c = parse(
+        "model:\n  base_url: http://127.0.0.1:9/v1\n  default: fake-model\n  provider: custom\n\
+         auxiliary:\n  transient_retries: 0\n  timeout_seconds: 7\n\
+         kanban:\n  dispatch_in_gateway: false\n  dispatch_interval_seconds: 0.25\n  max_spawn: 0\n\
+         \x20 auto_decompose: false\n  auto_decompose_per_tick: 10\n  orchestrator_profile: boss\n\
+         \x20 default_assignee: worker\n  auto_promote_children: false\n  decompose_max_attempts: 5\n\
+         \x20 decompose_backoff_seconds: 0\n  decompose_max_children: 4\n  decompose_calls_per_hour: 9\n\
+         \x20 provider_cooldown_seconds: 30\n",
+    )
+    .unwrap();
+    assert_eq!(c.model.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
+    assert_eq!(c.model.default.as_deref(), Some("fake-model"));
+    assert_eq!(c.model.provider.as_deref(), Some("custom"));
+    assert_eq!(
+        c.auxiliary,
+        AuxiliaryConfig {
+            transient_retries: 0,
+            timeout: Duration::from_secs(7),
+            kanban_decomposer: DecomposerConfig::default(),
+        }
+    );
+    let k = c.kanban;
+    assert!(!k.dispatch_in_gateway);
+    assert_eq!(k.dispatch_interval, Duration::from_millis(250));
+    assert_eq!(k.max_spawn, Some(0));
+    assert!(!k.auto_decompose);
+    assert_eq!(k.auto_decompose_per_tick, 10);
+    assert_eq!(k.orchestrator_profile, "boss");
+    assert_eq!(k.default_assignee, "worker");
+    assert!(!k.auto_promote_children);
+    assert_eq!(k.decompose_max_attempts, 5);
+    assert_eq!(k.decompose_backoff, Duration::ZERO);
+    assert_eq!(k.decompose_max_children, 4);
+    assert_eq!(k.decompose_calls_per_hour, 9);
+    assert_eq!(k.provider_cooldown, Duration::from_secs(30));
+}
+
+#[test]
+fn durations_accept_integer_and_float_spellings() {
+    for (text, expected) in [
+        ("2", Duration::from_secs(2)),
+        ("0.5", Duration::from_millis(500)),
+        (".5", Duration::from_millis(500)),
+        ("1e-1", Duration::from_millis(100)),
+        ("1.5e1", Duration::from_secs(15)),
+    ] {
+        let c = parse(&format!("kanban:\n  dispatch_interval_seconds: {text}\n")).unwrap();
+        assert_eq!(c.kanban.dispatch_interval, expected, "{text}");
+    }
+}
+
+#[test]
+fn unknown_keys_are_ignored_at_every_level() {
+    let c = parse(
+        "toolsets: [web]\nupdates: {check: false}\nmodel:\n  default: m\n  context_length: 9\n\
+         auxiliary:\n  vision: {provider: auto}\n  transient_retries: 1\n\
+         kanban:\n  auto_subscribe_on_create: true\n  failure_limit: 2\n  no_such_key: 1\n",
+    )
+    .unwrap();
+    assert_eq!(c.model.default.as_deref(), Some("m"));
+    assert_eq!(c.auxiliary.transient_retries, 1);
+    assert_eq!(c.kanban, KanbanConfig::default());
+    // Ignored, and under `kanban:` also reported (see `keys`).
+    assert_eq!(c.warnings.len(), 1);
+    assert_eq!(c.warnings[0].key, "kanban.no_such_key");
+}
+
+#[test]
+fn model_as_a_bare_string_is_the_model_name() {
+    assert_eq!(
+        parse("model: some/model\n")
+            .unwrap()
+            .model
+            .default
+            .as_deref(),
+        Some("some/model")
+    );
+    assert_eq!(parse("model: ''\n").unwrap().model, ModelConfig::default());
+}
+
+#[test]
+fn wrong_types_name_the_dotted_key() {
+    let cases = [
+        (
+            "kanban:\n  dispatch_interval_seconds: fast\n",
+            "kanban.dispatch_interval_seconds: expected a number of seconds from 0.01 to 86400, got \"fast\"",
+        ),
+        (
+            "kanban:\n  max_spawn: -1\n",
+            "kanban.max_spawn: expected a whole number of workers from 0 to 1000, got -1",
+        ),
+        (
+            "kanban:\n  max_spawn: 1.5\n",
+            "kanban.max_spawn: expected a whole number of workers from 0 to 1000, got 1.5",
+        ),
+        (
+            "kanban:\n  auto_decompose: maybe\n",
+            "kanban.auto_decompose: expected true or false, got \"maybe\"",
+        ),
+        (
+            "kanban:\n  auto_decompose: 1\n",
+            "kanban.auto_decompose: expected true or false, got 1",
+        ),
+        (
+            "kanban:\n  dispatch_in_gateway: [1]\n",
+            "kanban.dispatch_in_gateway: expected true or false, got a list",
+        ),
+        (
+            "kanban:\n  auto_promote_children: {}\n",
+            "kanban.auto_promote_children: expected true or false, got a mapping",
+        ),
+        (
+            "kanban:\n  auto_decompose_per_tick: 2.5\n",
+            "kanban.auto_decompose_per_tick: expected a whole number of cards from 1 to 1000, got 2.5",
+        ),
+        (
+            "kanban:\n  orchestrator_profile: 3\n",
+            "kanban.orchestrator_profile: expected a string, got 3",
+        ),
+        (
+            "kanban:\n  default_assignee: true\n",
+            "kanban.default_assignee: expected a string, got true",
+        ),
+        (
+            "kanban:\n  decompose_max_attempts: three\n",
+            "kanban.decompose_max_attempts: expected a whole number of attempts from 0 to 100, got \"three\"",
+        ),
+        (
+            "kanban:\n  decompose_max_children: 0\n",
+            "kanban.decompose_max_children: expected a whole number of children from 1 to 100, got 0",
+        ),
+        (
+            "kanban:\n  decompose_calls_per_hour: 5000000000\n",
+            "kanban.decompose_calls_per_hour: expected a whole number of calls from 0 to 100000, got 5000000000",
+        ),
+        (
+            "kanban:\n  decompose_backoff_seconds: soon\n",
+            "kanban.decompose_backoff_seconds: expected a number of seconds from 0 to 3600, got \"soon\"",
+        ),
+        (
+            "kanban:\n  provider_cooldown_seconds: '900'\n",
+            "kanban.provider_cooldown_seconds: expected a number of seconds from 1 to 86400, got \"900\"",
+        ),
+        (
+            "auxiliary:\n  transient_retries: -2\n",
+            "auxiliary.transient_retries: expected a whole number of retries from 0 to 6, got -2",
+        ),
+        (
+            "auxiliary:\n  timeout_seconds: [1]\n",
+            "auxiliary.timeout_seconds: expected a number of seconds from 0.01 to 3600, got a list",
+        ),
+        (
+            "model:\n  base_url: 8080\n",
+            "model.base_url: expected a string, got 8080",
+        ),
+        (
+            "model:\n  default: [a]\n",
+            "model.default: expected a string, got a list",
+        ),
+        (
+            "model:\n  provider: false\n",
+            "model.provider: expected a string, got false",
+        ),
+    ];
+    for (text, expected) in cases {
+        let message = err(text);
+        assert!(message.starts_with("/h/config.yaml: "), "{message}");
+        assert!(message.ends_with(expected), "for {text:?}: {message}");
+    }
+}
+
+/// The YAML text of `value` for a key of `spec`'s unit.
+fn yaml_number(spec: &NumericKey, value: f64) -> String {
+    match spec.unit {
+        Unit::Whole(_) => format!("{}", value as i64),
+        Unit::Seconds => format!("{value:?}"),
+    }
+}
+
+/// `spec.key: value` as a config file.
+fn config_setting(spec: &NumericKey, value: &str) -> String {
+    let mut text = String::new();
+    let segments: Vec<&str> = spec.key.split('.').collect();
+    for (depth, segment) in segments.iter().enumerate() {
+        text.push_str(&"  ".repeat(depth));
+        text.push_str(segment);
+        text.push(':');
+        text.push(if depth + 1 == segments.len() {
+            ' '
+        } else {
+            '\n'
+        });
+    }
+    text.push_str(value);
+    text.push('\n');
+    text
+}
+
+/// The value `spec.key` was read as: a count, or seconds.
+fn read_back(config: &Config, spec: &NumericKey) -> f64 {
+    let k = &config.kanban;
+    let a = &config.auxiliary;
+    match spec.key {
+        "auxiliary.transient_retries" => f64::from(a.transient_retries),
+        "auxiliary.timeout_seconds" => a.timeout.as_secs_f64(),
+        "auxiliary.kanban_decomposer.timeout" => a
+            .kanban_decomposer
+            .timeout
+            .expect("timeout was set")
+            .as_secs_f64(),
+        "kanban.dispatch_interval_seconds" => k.dispatch_interval.as_secs_f64(),
+        "kanban.max_spawn" => f64::from(k.max_spawn.expect("max_spawn was set")),
+        "kanban.auto_decompose_per_tick" => f64::from(k.auto_decompose_per_tick),
+        "kanban.decompose_max_attempts" => f64::from(k.decompose_max_attempts),
+        "kanban.decompose_backoff_seconds" => k.decompose_backoff.as_secs_f64(),
+        "kanban.decompose_max_children" => f64::from(k.decompose_max_children),
+        "kanban.decompose_calls_per_hour" => f64::from(k.decompose_calls_per_hour),
+        "kanban.provider_cooldown_seconds" => k.provider_cooldown.as_secs_f64(),
+        other => panic!("no read-back for {other}: add it here and to NUMERIC_KEYS' test"),
+    }
+}
+
+#[test]
+fn every_numeric_key_holds_at_both_ends_of_its_range() {
+    for spec in &NUMERIC_KEYS {
+        // One step past each end: a whole number, or a second (and a hair) for durations.
+        let steps: &[f64] = match spec.unit {
+            Unit::Whole(_) => &[1.0],
+            Unit::Seconds => &[1.0, 1e-3],
+        };
+        for (end, value) in [("min", spec.min), ("max", spec.max)] {
+            let config = parse(&config_setting(spec, &yaml_number(spec, value)))
+                .unwrap_or_else(|e| panic!("{} at its {end} {value}: {e}", spec.key));
+            assert_eq!(read_back(&config, spec), value, "{} {end}", spec.key);
+        }
+        for step in steps {
+            for (end, value, beyond, limit) in [
+                ("min", spec.min - step, spec.below_min, spec.min),
+                ("max", spec.max + step, spec.above_max, spec.max),
+            ] {
+                let text = config_setting(spec, &yaml_number(spec, value));
+                match beyond {
+                    Beyond::Clamped => {
+                        let config = parse(&text).unwrap();
+                        assert_eq!(read_back(&config, spec), limit, "{} past {end}", spec.key);
+                    }
+                    Beyond::Refused => {
+                        let message = err(&text);
+                        let expected = format!("{}: {}, got ", spec.key, spec.expected());
+                        assert!(
+                            message.contains(&expected),
+                            "{} past its {end} ({value}): {message}",
+                            spec.key
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_documented_ranges() {
+    let shown: Vec<String> = NUMERIC_KEYS
+        .iter()
+        .map(|k| format!("{}: {}", k.key, k.expected()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "auxiliary.transient_retries: expected a whole number of retries from 0 to 6",
+            "auxiliary.timeout_seconds: expected a number of seconds from 0.01 to 3600",
+            "auxiliary.kanban_decomposer.timeout: expected a number of seconds from 0.01 to 3600",
+            "kanban.dispatch_interval_seconds: expected a number of seconds from 0.01 to 86400",
+            "kanban.max_spawn: expected a whole number of workers from 0 to 1000",
+            "kanban.auto_decompose_per_tick: expected a whole number of cards from 1 to 1000",
+            "kanban.decompose_max_attempts: expected a whole number of attempts from 0 to 100",
+            "kanban.decompose_backoff_seconds: expected a number of seconds from 0 to 3600",
+            "kanban.decompose_max_children: expected a whole number of children from 1 to 100",
+            "kanban.decompose_calls_per_hour: expected a whole number of calls from 0 to 100000",
+            "kanban.provider_cooldown_seconds: expected a number of seconds from 1 to 86400",
+        ]
+    );
+}
+
+#[test]
+fn the_example_from_the_issue() {
+    assert!(
+        err("kanban:\n  auto_decompose_per_tick: 4000000000\n").ends_with(
+            "kanban.auto_decompose_per_tick: expected a whole number of cards from 1 to 1000, got \
+         4000000000"
+        )
+    );
+    // Beyond every integer type: the YAML reader itself refuses it, naming the key and line;
+    // never a wrap.
+    let message = err("kanban:\n  decompose_calls_per_hour: 18446744073709551616\n");
+    assert!(
+        message.contains("line 2") && message.contains("kanban.decompose_calls_per_hour"),
+        "{message}"
+    );
+    assert!(
+        err("kanban:\n  decompose_calls_per_hour: 18446744073709551615\n")
+            .contains("got 18446744073709551615")
+    );
+}
+
+#[test]
+fn hostile_durations_are_refused_with_the_range() {
+    for spec in NUMERIC_KEYS.iter().filter(|k| k.unit == Unit::Seconds) {
+        for bad in [
+            "1e16", "1.0e300", ".inf", "-.inf", ".nan", ".NaN", "-1", "-1e-300", "1e400",
+        ] {
+            let message = err(&config_setting(spec, bad));
+            assert!(
+                message.contains(&format!("{}: {}, got ", spec.key, spec.expected())),
+                "{} = {bad}: {message}",
+                spec.key
+            );
+        }
+        // Negative zero and tiny values are zero, which only a key whose range starts at 0 takes.
+        for tiny in ["-0.0", "-0", "1e-300", "5e-324", "0.000000001"] {
+            let text = config_setting(spec, tiny);
+            if spec.min == 0.0 {
+                let config = parse(&text).unwrap();
+                assert!(read_back(&config, spec) < 1e-6, "{} = {tiny}", spec.key);
+            } else {
+                assert!(err(&text).contains(spec.key), "{} = {tiny}", spec.key);
+            }
+        }
+    }
+}
+
+#[test]
+fn per_tick_below_one_means_one_and_retries_are_clamped() {
+    for v in ["0", "-4"] {
+        let c = parse(&format!("kanban:\n  auto_decompose_per_tick: {v}\n")).unwrap();
+        assert_eq!(c.kanban.auto_decompose_per_tick, 1);
+    }
+    for v in ["7", "50", "4000000000", "18446744073709551615"] {
+        let c = parse(&format!("auxiliary:\n  transient_retries: {v}\n")).unwrap();
+        assert_eq!(c.auxiliary.transient_retries, MAX_TRANSIENT_RETRIES, "{v}");
+    }
+}
+
+#[test]
+fn yaml_one_one_boolean_spellings_are_accepted() {
+    assert!(
+        !parse("kanban:\n  auto_decompose: 'off'\n")
+            .unwrap()
+            .kanban
+            .auto_decompose
+    );
+    assert!(
+        !parse("kanban:\n  auto_decompose: no\n")
+            .unwrap()
+            .kanban
+            .auto_decompose
+    );
+    assert!(
+        parse("kanban:\n  auto_decompose: Yes\n")
+            .unwrap()
+            .kanban
+            .auto_decompose
+    );
+}
+
+#[test]
+fn sections_that_are_not_mappings_are_named() {
+    assert!(err("kanban: 3\n").ends_with("kanban: expected a mapping of keys, got 3"));
+    assert!(err("auxiliary: [a]\n").ends_with("auxiliary: expected a mapping of keys, got a list"));
+    assert!(err("model: 7\n").ends_with("model: expected a mapping of keys, got 7"));
+    assert!(err("- a\n- b\n").contains("(top level): expected a mapping of sections, got a list"));
+}
+
+#[test]
+fn syntax_errors_carry_path_and_line() {
+    let message = err("kanban:\n  auto_decompose: true\n  bad: [unclosed\n");
+    assert!(message.starts_with("/h/config.yaml: line "), "{message}");
+    assert!(message.contains("invalid YAML"), "{message}");
+}
+
+#[test]
+fn home_resolution() {
+    let h = Home::from_vars(Some("/x/hh".into()), Some("/x/home".into()), None).unwrap();
+    assert_eq!(h.root(), Path::new("/x/hh"));
+    assert_eq!(h.db_path(), Path::new("/x/hh/kanban.db"));
+    assert_eq!(h.config_path(), Path::new("/x/hh/config.yaml"));
+    assert_eq!(h.env_path(), Path::new("/x/hh/.env"));
+    assert_eq!(h.lock_dir(), Path::new("/x/hh/locks"));
+    let h = Home::from_vars(Some("".into()), Some("/x/home".into()), Some("/l".into())).unwrap();
+    assert_eq!(h.root(), Path::new("/x/home/.hermes"));
+    assert_eq!(h.lock_dir(), Path::new("/l"));
+    assert!(matches!(
+        Home::from_vars(None, None, None),
+        Err(ConfigError::NoHome)
+    ));
+    assert!(matches!(
+        Home::from_vars(Some("".into()), Some("".into()), None),
+        Err(ConfigError::NoHome)
+    ));
+}
+
+#[test]
+fn dotenv_lines() {
+    let vars = parse_dotenv(
+        "# a comment\n\nOPENAI_API_KEY=sk-1\nexport QUOTED=\"two words\"\nSINGLE='x y'\n\
+         SPACED = padded  \nTRAIL=value # note\nHASH=a#b\nnot a pair\n=novalue\nMISMATCH=\"open\n",
+    );
+    assert_eq!(vars.get("OPENAI_API_KEY").map(String::as_str), Some("sk-1"));
+    assert_eq!(vars.get("QUOTED").map(String::as_str), Some("two words"));
+    assert_eq!(vars.get("SINGLE").map(String::as_str), Some("x y"));
+    assert_eq!(vars.get("SPACED").map(String::as_str), Some("padded"));
+    assert_eq!(vars.get("TRAIL").map(String::as_str), Some("value"));
+    assert_eq!(vars.get("HASH").map(String::as_str), Some("a#b"));
+    assert_eq!(vars.get("MISMATCH").map(String::as_str), Some("\"open"));
+    assert_eq!(vars.len(), 7, "{vars:?}");
+    assert_eq!(
+        parse_dotenv("K=1\nK=2\n").get("K").map(String::as_str),
+        Some("2")
+    );
+}
+
+#[test]
+fn api_key_prefers_the_process_environment() {
+    let dotenv = || parse_dotenv("OPENAI_API_KEY=from-file\n");
+    assert_eq!(
+        api_key_from(Some("from-env".into()), dotenv).as_deref(),
+        Some("from-env")
+    );
+    assert_eq!(api_key_from(None, dotenv).as_deref(), Some("from-file"));
+    assert_eq!(
+        api_key_from(Some("  ".into()), dotenv).as_deref(),
+        Some("from-file")
+    );
+    assert_eq!(api_key_from(None, BTreeMap::new).as_deref(), None);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".env"), "export OPENAI_API_KEY='sk-x'\n").unwrap();
+    assert_eq!(
+        read_dotenv(&Home::at(dir.path()))
+            .get("OPENAI_API_KEY")
+            .map(String::as_str),
+        Some("sk-x")
+    );
+}
