@@ -362,15 +362,26 @@ fn a_bad_config_names_the_key() {
     let cases = [
         (
             "kanban:\n  dispatch_interval_seconds: fast\n",
-            "kanban.dispatch_interval_seconds: expected a number of seconds, got \"fast\"",
+            "kanban.dispatch_interval_seconds: expected a number of seconds from 0.01 to 86400, \
+             got \"fast\"",
         ),
         (
             "kanban:\n  decompose_max_attempts: -1\n",
-            "kanban.decompose_max_attempts: expected a whole number >= 0, got -1",
+            "kanban.decompose_max_attempts: expected a whole number of attempts from 0 to 100, \
+             got -1",
         ),
         (
             "auxiliary:\n  timeout_seconds: 0\n",
-            "auxiliary.timeout_seconds: expected a finite number of seconds > 0, got 0",
+            "auxiliary.timeout_seconds: expected a number of seconds from 0.01 to 3600, got 0",
+        ),
+        (
+            "kanban:\n  auto_decompose_per_tick: 4000000000\n  decompose_calls_per_hour: 4000000000\n",
+            "kanban.auto_decompose_per_tick: expected a whole number of cards from 1 to 1000, \
+             got 4000000000",
+        ),
+        (
+            "kanban:\n  provider_cooldown_seconds: 1e16\n",
+            "kanban.provider_cooldown_seconds: expected a number of seconds from 1 to 86400, got",
         ),
         ("kanban: 3\n", "kanban: expected a mapping of keys, got 3"),
         ("kanban:\n  auto_decompose: [\n", "invalid YAML"),
@@ -391,9 +402,41 @@ fn unknown_config_keys_are_fine() {
     let s = Scratch::new();
     s.write_config(
         "model:\n  provider: custom\n  base_url: http://127.0.0.1:9/v1\n  default: fake\n\
-         updates:\n  check: false\nkanban:\n  dispatch_in_gateway: false\n  something_new: 1\n",
+         updates:\n  check: false\nkanban:\n  dispatch_in_gateway: false\n  failure_limit: 2\n\
+         \x20 worker_log_backup_count: 1\nauxiliary:\n  vision: {timeout: 3}\n\
+         \x20 kanban_decomposer:\n    provider: auto\n    model: ''\n    timeout: 180\n\
+         \x20   extra_body: {}\n    reasoning_effort: ''\n",
     );
-    s.create("fine", &[]);
+    let out = s.run(&["kanban", "create", "fine", "--json"]);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stderr, "", "upstream's own keys stay silent");
+    out.json();
+}
+
+#[test]
+fn a_misspelt_key_warns_on_stderr_with_the_closest_known_key() {
+    let s = Scratch::new();
+    s.write_config("kanban:\n  dispatch_interval_secs: 5\n  auto_decompose: false\n");
+    for args in [
+        vec!["kanban", "list", "--json"],
+        vec!["kanban", "create", "x", "--json"],
+        vec!["kanban", "usage"],
+    ] {
+        let out = s.run(&args);
+        assert!(out.success(), "{args:?}: {out:?}");
+        let warnings: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(warnings.len(), 1, "{args:?}: {out:?}");
+        assert!(
+            warnings[0].starts_with("hermes: warning: ")
+                && warnings[0].contains("config.yaml: kanban.dispatch_interval_secs: ")
+                && warnings[0].ends_with("did you mean kanban.dispatch_interval_seconds?"),
+            "{args:?}: {out:?}"
+        );
+        if args.contains(&"--json") {
+            // stdout still holds exactly one JSON document.
+            out.json();
+        }
+    }
 }
 
 #[test]

@@ -3,6 +3,7 @@
 use std::io::{self, Write};
 
 use clap::Args;
+use tracing::warn;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
@@ -11,21 +12,38 @@ use crate::dispatch::run_gateway;
 
 /// Arguments of `gateway run`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Logs go to stderr, one line per event (RUST_LOG adjusts what is shown); with --json each line is \
+one JSON object with `timestamp`, `level`, `message` and the event's fields, and stdout stays \
+empty. SIGTERM or SIGINT stop the gateway cleanly.
+
+Exit status: 0 after a clean stop; 1 the gateway could not start (a bad config.yaml, the board, \
+or another gateway already dispatching it); 2 usage error.")]
 pub struct RunArgs {}
 
 /// Runs until SIGTERM or SIGINT; exit 0 after a clean stop.
 pub fn run(ctx: &Context, _args: &RunArgs) -> Result<Outcome, CliError> {
-    // One plain line per event on stderr; RUST_LOG adjusts what is shown.
+    // One line per event on stderr (a JSON object with --json); RUST_LOG adjusts what is shown.
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(Stderr)
         // Its own report of a failed write goes through `eprintln!`, which panics when stderr
         // is gone: a closed log pipe would stop the dispatcher.
         .log_internal_errors(false)
         .with_ansi(false)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = if ctx.json {
+        logs.json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init()
+    } else {
+        logs.try_init()
+    };
+    for warning in &ctx.config.warnings {
+        warn!(key = %warning.key, "{warning}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         // The loop, attempts in flight and SQLite calls on the blocking pool: two workers are
         // plenty, and keep the idle footprint small.

@@ -5,6 +5,7 @@
 //! 1 failure (message on stderr as `hermes: error: …`), 2 usage errors (clap's own).
 
 pub mod archive;
+pub mod auto_decompose;
 pub mod create;
 pub mod decompose;
 pub mod gateway;
@@ -12,7 +13,9 @@ pub mod init;
 pub mod link;
 pub mod list;
 pub mod render;
+pub mod resume;
 pub mod show;
+pub mod unpark;
 pub mod usage;
 
 use std::ffi::OsString;
@@ -70,6 +73,12 @@ pub enum KanbanCommand {
     Decompose(decompose::DecomposeArgs),
     /// Show the aux-call ledger: what was billed, when, and how it ended.
     Usage(usage::UsageArgs),
+    /// Give a parked triage card a fresh automatic budget and make it due now.
+    Unpark(unpark::UnparkArgs),
+    /// Lift the board-wide pause a provider refusal set on automatic decompose calls.
+    Resume(resume::ResumeArgs),
+    /// Switch a card's automatic decomposition on or off.
+    AutoDecompose(auto_decompose::AutoDecomposeArgs),
 }
 
 /// `hermes gateway …`.
@@ -235,6 +244,12 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
     // Loaded for every verb, board-only ones included, so a broken config.yaml is reported at
     // once rather than later by the gateway or a decompose that starts billing.
     let config = Config::load(&home)?;
+    // The gateway logs these itself (and again when an edit introduces one).
+    if !matches!(cli.command, Command::Gateway(_)) {
+        for warning in &config.warnings {
+            eprintln_safely(&format!("hermes: warning: {warning}"));
+        }
+    }
     let ctx = Context {
         home,
         config,
@@ -250,9 +265,27 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
             KanbanCommand::Archive(a) => archive::run(&ctx, a),
             KanbanCommand::Decompose(a) => decompose::run(&ctx, a),
             KanbanCommand::Usage(a) => usage::run(&ctx, a),
+            KanbanCommand::Unpark(a) => unpark::run(&ctx, a),
+            KanbanCommand::Resume(a) => resume::run(&ctx, a),
+            KanbanCommand::AutoDecompose(a) => auto_decompose::run(&ctx, a),
         },
         Command::Gateway(GatewayCommand::Run(a)) => gateway::run(&ctx, a),
     }
+}
+
+/// Who a recovery verb records as having acted: `--by`, else `$USER`, else `user`.
+pub fn operator(by: Option<&str>) -> String {
+    by.map(str::to_owned)
+        .or_else(|| std::env::var("USER").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "user".to_owned())
+}
+
+/// Milliseconds as unix seconds, rounded up (a card is never due earlier than shown), as
+/// `show --json` prints `next_attempt_at`.
+pub fn round_up_secs(ms: i64) -> i64 {
+    ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0)
 }
 
 /// The usage line of the deepest subcommand named in `args`.
@@ -342,6 +375,13 @@ mod tests {
             vec!["hermes", "kanban", "decompose"],
             vec!["hermes", "kanban", "decompose", "t_1", "--all"],
             vec!["hermes", "kanban", "frobnicate"],
+            vec!["hermes", "kanban", "unpark"],
+            vec!["hermes", "kanban", "resume", "extra"],
+            vec!["hermes", "kanban", "auto-decompose", "t_1"],
+            vec!["hermes", "kanban", "auto-decompose", "t_1", "maybe"],
+            vec!["hermes", "kanban", "usage", "--card", "t_1"],
+            vec!["hermes", "kanban", "usage", "--calls", "--since", "soon"],
+            vec!["hermes", "kanban", "usage", "--since", "2026-02-30"],
         ] {
             let e = Cli::try_parse_from(&args).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{args:?}");

@@ -15,6 +15,7 @@ mod guards;
 mod handle;
 mod ledger;
 mod pyjson;
+mod recovery;
 pub(crate) mod schema;
 #[cfg(test)]
 mod tests;
@@ -40,6 +41,10 @@ pub use guards::{AutoGate, Pause, HOUR_MS};
 pub use handle::{BoardError, BoardFile, BoardHandle};
 pub use ledger::{
     CardUsage, LedgerClose, LedgerOpen, UsagePause, UsageReport, UsageTotals, UsageWindow,
+};
+pub use recovery::{
+    AutoDecomposeSwitch, CallFilter, ClearedPause, LedgerCall, ResumeRecord, UnparkRefusal,
+    Unparked,
 };
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].

@@ -202,3 +202,93 @@ pub fn copy_upstream_board(dest_dir: &Path) {
         std::fs::set_permissions(&to, perms).expect("making the copy writable");
     }
 }
+
+/// An OpenAI-compatible fake provider for process-level tests: a wiremock server on its own
+/// runtime (so synchronous tests can run the CLI and the gateway while it answers), replying
+/// with whatever the test currently sets.
+pub struct FakeProvider {
+    runtime: tokio::runtime::Runtime,
+    pub server: wiremock::MockServer,
+    reply: std::sync::Arc<std::sync::Mutex<wiremock::ResponseTemplate>>,
+}
+
+impl FakeProvider {
+    pub fn start(reply: wiremock::ResponseTemplate) -> FakeProvider {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime for the fake provider");
+        let server = runtime.block_on(wiremock::MockServer::start());
+        let reply = std::sync::Arc::new(std::sync::Mutex::new(reply));
+        let current = reply.clone();
+        runtime.block_on(
+            wiremock::Mock::given(wiremock::matchers::method("POST"))
+                .and(wiremock::matchers::path("/v1/chat/completions"))
+                .respond_with(move |_: &wiremock::Request| {
+                    current.lock().expect("the reply lock").clone()
+                })
+                .mount(&server),
+        );
+        FakeProvider {
+            runtime,
+            server,
+            reply,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("{}/v1", self.server.uri())
+    }
+
+    /// What later requests get.
+    pub fn set_reply(&self, reply: wiremock::ResponseTemplate) {
+        *self.reply.lock().expect("the reply lock") = reply;
+    }
+
+    /// Every request's JSON body, in arrival order.
+    pub fn bodies(&self) -> Vec<Value> {
+        self.runtime
+            .block_on(self.server.received_requests())
+            .unwrap_or_default()
+            .iter()
+            .map(|r| serde_json::from_slice(&r.body).expect("a JSON request body"))
+            .collect()
+    }
+
+    /// How many requests named card `id` (the user message starts with `Task id: <id>`).
+    pub fn bills_for(&self, id: &str) -> usize {
+        let marker = format!("Task id: {id}");
+        self.bodies()
+            .iter()
+            .filter(|b| {
+                b["messages"].as_array().is_some_and(|m| {
+                    m.iter().any(|msg| {
+                        msg["content"]
+                            .as_str()
+                            .is_some_and(|c| c.starts_with(&marker))
+                    })
+                })
+            })
+            .count()
+    }
+}
+
+/// A chat-completions reply whose content is `content`.
+pub fn chat_reply(content: &str) -> wiremock::ResponseTemplate {
+    wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 30},
+    }))
+}
+
+/// A reply that specifies the card as a single task.
+pub fn single_task_reply() -> wiremock::ResponseTemplate {
+    chat_reply(
+        r#"{"fanout": false, "rationale": "small", "title": "done", "body": "b", "assignee": "default"}"#,
+    )
+}

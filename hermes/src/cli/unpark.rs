@@ -1,0 +1,59 @@
+//! `hermes kanban unpark ID`: a fresh automatic budget for a parked card.
+
+use clap::Args;
+use serde_json::json;
+
+use super::{operator, round_up_secs, CliError, Context, Outcome};
+use crate::clock::{now_ms, utc};
+
+/// Arguments of `kanban unpark`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Resets the card's automatic attempt budget (kanban.decompose_max_attempts) to zero and makes it \
+due for the next gateway tick or `decompose --all`, with a `decompose_unparked` event on the card. \
+Only a triage card whose budget is spent (parked) can be unparked; a card opted out of \
+auto-decompose keeps its opt-out (see `kanban auto-decompose`).
+
+Exit status: 0 unparked; 1 no such card, not in triage, or not parked (the reason on stderr, \
+nothing written); 2 usage error.
+With --json: {\"task_id\", \"unparked\": true, \"attempts_before\", \"next_attempt_at\"} \
+(next_attempt_at in unix seconds, null when the card is opted out).")]
+pub struct UnparkArgs {
+    /// The parked card.
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// Who is unparking it, recorded in the event (default: $USER, else `user`).
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
+}
+
+/// Unparks the card or says why not.
+pub fn run(ctx: &Context, args: &UnparkArgs) -> Result<Outcome, CliError> {
+    let mut store = ctx.open_store()?;
+    let by = operator(args.by.as_deref());
+    let max_attempts = ctx.config.kanban.decompose_max_attempts;
+    let done = store
+        .unpark(&args.id, max_attempts, now_ms(), &by)?
+        .map_err(anyhow::Error::from)?;
+    if ctx.json {
+        ctx.print_json(&json!({
+            "task_id": done.task_id,
+            "unparked": true,
+            "attempts_before": done.attempts_before,
+            "next_attempt_at": done.next_attempt_at_ms.map(round_up_secs),
+        }))?;
+        return Ok(Outcome::Success);
+    }
+    let next = match done.next_attempt_at_ms {
+        Some(ms) => format!("due now ({})", utc(ms.div_euclid(1000))),
+        None => format!(
+            "still opted out of auto-decompose (`hermes kanban auto-decompose {} on` to schedule it)",
+            done.task_id
+        ),
+    };
+    ctx.print(&format!(
+        "Unparked {}: budget reset after {} attempts; {next}",
+        done.task_id, done.attempts_before
+    ))?;
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,633 @@
+//! What an operator does instead of editing `kanban.db` by hand (B9): give a parked card a fresh
+//! budget, lift the board-wide provider pause, switch a card's auto-decompose opt-out, and read
+//! the ledger call by call. Every change is one transaction with its event or note, so the
+//! board always says who changed what and when.
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use serde::Serialize;
+use serde_json::json;
+
+use super::board::add_event;
+use super::{SqlResultExt, Status, Store, StoreError};
+
+/// The board-state key of the provider pause (shared with the gateway that sets it).
+const PAUSE_KEY: &str = "provider_pause";
+/// The board-state key recording the last `kanban resume`.
+const RESUME_KEY: &str = "provider_pause_cleared";
+
+/// What `unpark` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unparked {
+    pub task_id: String,
+    /// The attempts the card had used before its budget was reset.
+    pub attempts_before: u32,
+    /// When the card is next due for an automatic attempt (now), or `None` when the card is
+    /// opted out of auto-decompose (it stays out until switched back on).
+    pub next_attempt_at_ms: Option<i64>,
+}
+
+/// Why `unpark` changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnparkRefusal {
+    #[error("no such task: {0}")]
+    NoSuchTask(String),
+    #[error("{task_id} is not in triage (status {status}); only a triage card can be unparked")]
+    NotInTriage { task_id: String, status: String },
+    #[error(
+        "{task_id} is not parked ({attempts} of {max_attempts} automatic attempts used); nothing \
+         to unpark"
+    )]
+    NotParked {
+        task_id: String,
+        attempts: u32,
+        max_attempts: u32,
+    },
+}
+
+/// A provider pause that `resume` lifted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClearedPause {
+    /// When the pause would have ended (ms since the epoch).
+    pub until_ms: i64,
+    /// Why it was set.
+    pub reason: String,
+}
+
+/// The last `kanban resume` that lifted a pause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResumeRecord {
+    /// Who ran it.
+    pub by: String,
+    /// When (ms since the epoch).
+    pub at_ms: i64,
+    /// The pause it lifted.
+    pub cleared: ClearedPause,
+}
+
+/// What switching a card's auto-decompose did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AutoDecomposeSwitch {
+    pub task_id: String,
+    /// The setting now.
+    pub enabled: bool,
+    /// Whether this call changed it (`false`: it already was so; nothing was written).
+    pub changed: bool,
+    /// When the card is next due for an automatic attempt, if it is scheduled.
+    pub next_attempt_at_ms: Option<i64>,
+}
+
+/// Which ledger rows `calls` returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallFilter {
+    /// Only this card's calls.
+    pub task_id: Option<String>,
+    /// Only calls started at or after this time (ms since the epoch).
+    pub since_ms: Option<i64>,
+}
+
+/// One paid call: a ledger row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LedgerCall {
+    pub id: i64,
+    pub task_id: Option<String>,
+    /// `gateway`, `sweep` or `manual`.
+    pub origin: String,
+    pub attempt: Option<u32>,
+    /// 1 for an attempt's first request, then one more per retry.
+    pub try_no: u32,
+    pub started_at_ms: i64,
+    pub ended_at_ms: Option<i64>,
+    /// `ok`, a failure label, `in_flight` or `unknown`.
+    pub outcome: String,
+    pub http_status: Option<u16>,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub detail: Option<String>,
+}
+
+impl Store {
+    /// Gives a parked triage card a fresh automatic budget and makes it due now, with a
+    /// `decompose_unparked` event. A card counts as parked once it is marked so or has used
+    /// `max_attempts` automatic attempts. Refuses (writing nothing) any other card.
+    pub fn unpark(
+        &mut self,
+        task_id: &str,
+        max_attempts: u32,
+        now_ms: i64,
+        by: &str,
+    ) -> Result<Result<Unparked, UnparkRefusal>, StoreError> {
+        self.write(|tx| unpark(tx, task_id, max_attempts, now_ms, by))
+    }
+
+    /// Lifts the provider pause in force, recording who did it and what it lifted; `None` when
+    /// no pause was in force (then nothing is written).
+    pub fn resume_auto_decompose(
+        &mut self,
+        now_ms: i64,
+        by: &str,
+    ) -> Result<Option<ClearedPause>, StoreError> {
+        self.write(|tx| {
+            let Some(pause) = pause_in_force(tx, now_ms)? else {
+                return Ok(None);
+            };
+            tx.execute("DELETE FROM hermes_board_state WHERE key = ?1", [PAUSE_KEY])
+                .sql("lifting the provider pause")?;
+            let record = json!({"by": by, "until_ms": pause.until_ms, "reason": pause.reason});
+            tx.execute(
+                "INSERT INTO hermes_board_state (key, value, until_ms, updated_at_ms)
+                 VALUES (?1, ?2, NULL, ?3)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value, until_ms = NULL,
+                     updated_at_ms = excluded.updated_at_ms",
+                params![RESUME_KEY, record.to_string(), now_ms],
+            )
+            .sql("recording the resume")?;
+            Ok(Some(pause))
+        })
+    }
+
+    /// The last `kanban resume` that lifted a pause, if any.
+    pub fn last_resume(&self) -> Result<Option<ResumeRecord>, StoreError> {
+        self.read(|conn| {
+            let row: Option<(Option<String>, i64)> = conn
+                .query_row(
+                    "SELECT value, updated_at_ms FROM hermes_board_state WHERE key = ?1",
+                    [RESUME_KEY],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .sql("reading the last resume")?;
+            // A note this build cannot read (another tool's, or a damaged one) shows as none
+            // rather than failing `usage`.
+            Ok(row.and_then(|(value, at_ms)| {
+                let value: serde_json::Value = serde_json::from_str(value.as_deref()?).ok()?;
+                Some(ResumeRecord {
+                    by: value.get("by")?.as_str()?.to_owned(),
+                    at_ms,
+                    cleared: ClearedPause {
+                        until_ms: value.get("until_ms")?.as_i64()?,
+                        reason: value.get("reason")?.as_str()?.to_owned(),
+                    },
+                })
+            }))
+        })
+    }
+
+    /// Switches a card's auto-decompose on (`enabled`) or off, with an
+    /// `auto_decompose_enabled` / `auto_decompose_disabled` event when it changes. Switching on
+    /// makes a triage card that is not parked due now (unless it already had a due time).
+    pub fn set_auto_decompose(
+        &mut self,
+        task_id: &str,
+        enabled: bool,
+        now_ms: i64,
+        by: &str,
+    ) -> Result<AutoDecomposeSwitch, StoreError> {
+        self.write(|tx| set_auto_decompose(tx, task_id, enabled, now_ms, by))
+    }
+
+    /// Ledger rows, oldest first.
+    pub fn calls(&self, filter: &CallFilter) -> Result<Vec<LedgerCall>, StoreError> {
+        self.read(|conn| calls(conn, filter))
+    }
+}
+
+/// The card's decompose state, if it has a row.
+struct State {
+    attempts: u32,
+    due_at_ms: Option<i64>,
+    parked_at_ms: Option<i64>,
+    opt_out: bool,
+}
+
+fn state(conn: &Connection, task_id: &str) -> Result<Option<State>, StoreError> {
+    conn.query_row(
+        "SELECT attempts, due_at_ms, parked_at_ms, opt_out FROM hermes_decompose_state
+         WHERE task_id = ?1",
+        [task_id],
+        |r| {
+            Ok(State {
+                attempts: r.get(0)?,
+                due_at_ms: r.get(1)?,
+                parked_at_ms: r.get(2)?,
+                opt_out: r.get::<_, i64>(3)? != 0,
+            })
+        },
+    )
+    .optional()
+    .sql("reading the card's decompose state")
+}
+
+fn status(conn: &Connection, task_id: &str) -> Result<Option<String>, StoreError> {
+    conn.query_row("SELECT status FROM tasks WHERE id = ?1", [task_id], |r| {
+        r.get(0)
+    })
+    .optional()
+    .sql("reading the card")
+}
+
+fn unpark(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    max_attempts: u32,
+    now_ms: i64,
+    by: &str,
+) -> Result<Result<Unparked, UnparkRefusal>, StoreError> {
+    let Some(status) = status(tx, task_id)? else {
+        return Ok(Err(UnparkRefusal::NoSuchTask(task_id.to_owned())));
+    };
+    if status != Status::Triage.as_str() {
+        return Ok(Err(UnparkRefusal::NotInTriage {
+            task_id: task_id.to_owned(),
+            status,
+        }));
+    }
+    let state = state(tx, task_id)?;
+    let attempts = state.as_ref().map_or(0, |s| s.attempts);
+    let Some(state) = state.filter(|s| s.parked_at_ms.is_some() || s.attempts >= max_attempts)
+    else {
+        return Ok(Err(UnparkRefusal::NotParked {
+            task_id: task_id.to_owned(),
+            attempts,
+            max_attempts,
+        }));
+    };
+    let due = (!state.opt_out).then_some(now_ms);
+    tx.execute(
+        "UPDATE hermes_decompose_state
+         SET attempts = 0, parked_at_ms = NULL, last_error = NULL, due_at_ms = ?2
+         WHERE task_id = ?1",
+        params![task_id, due],
+    )
+    .sql("resetting the card's budget")?;
+    add_event(
+        tx,
+        task_id,
+        "decompose_unparked",
+        Some(&json!({
+            "attempts": state.attempts,
+            "by": by,
+            "next_attempt_at": due.map(|ms| ms as f64 / 1000.0),
+        })),
+    )?;
+    Ok(Ok(Unparked {
+        task_id: task_id.to_owned(),
+        attempts_before: state.attempts,
+        next_attempt_at_ms: due,
+    }))
+}
+
+fn pause_in_force(conn: &Connection, now_ms: i64) -> Result<Option<ClearedPause>, StoreError> {
+    conn.query_row(
+        "SELECT until_ms, value FROM hermes_board_state
+         WHERE key = ?1 AND until_ms IS NOT NULL AND until_ms > ?2",
+        params![PAUSE_KEY, now_ms],
+        |r| {
+            Ok(ClearedPause {
+                until_ms: r.get(0)?,
+                reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+            })
+        },
+    )
+    .optional()
+    .sql("reading the provider pause")
+}
+
+fn set_auto_decompose(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    enabled: bool,
+    now_ms: i64,
+    by: &str,
+) -> Result<AutoDecomposeSwitch, StoreError> {
+    let Some(status) = status(tx, task_id)? else {
+        return Err(StoreError::NoSuchTask(task_id.to_owned()));
+    };
+    let before = state(tx, task_id)?;
+    // A card without a state row has never been opted out.
+    let was_enabled = before.as_ref().is_none_or(|s| !s.opt_out);
+    let unchanged = |state: Option<&State>| AutoDecomposeSwitch {
+        task_id: task_id.to_owned(),
+        enabled,
+        changed: false,
+        next_attempt_at_ms: state.and_then(|s| s.due_at_ms),
+    };
+    if was_enabled == enabled {
+        return Ok(unchanged(before.as_ref()));
+    }
+    let due = if enabled {
+        let schedulable = status == Status::Triage.as_str()
+            && before.as_ref().is_none_or(|s| s.parked_at_ms.is_none());
+        schedulable.then(|| before.as_ref().and_then(|s| s.due_at_ms).unwrap_or(now_ms))
+    } else {
+        None
+    };
+    tx.execute(
+        "INSERT INTO hermes_decompose_state (task_id, opt_out, due_at_ms) VALUES (?1, ?2, ?3)
+         ON CONFLICT(task_id) DO UPDATE SET opt_out = excluded.opt_out,
+             due_at_ms = excluded.due_at_ms",
+        params![task_id, !enabled, due],
+    )
+    .sql("switching the card's auto-decompose")?;
+    let kind = if enabled {
+        "auto_decompose_enabled"
+    } else {
+        "auto_decompose_disabled"
+    };
+    add_event(tx, task_id, kind, Some(&json!({"by": by})))?;
+    Ok(AutoDecomposeSwitch {
+        task_id: task_id.to_owned(),
+        enabled,
+        changed: true,
+        next_attempt_at_ms: due,
+    })
+}
+
+fn calls(conn: &Connection, filter: &CallFilter) -> Result<Vec<LedgerCall>, StoreError> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, task_id, origin, attempt, try, started_at_ms, ended_at_ms, outcome,
+                    http_status, prompt_tokens, completion_tokens, detail
+             FROM hermes_aux_ledger
+             WHERE (?1 IS NULL OR task_id = ?1) AND started_at_ms >= ?2
+             ORDER BY started_at_ms, id",
+        )
+        .sql("reading the ledger")?;
+    let rows = stmt
+        .query_map(
+            params![filter.task_id, filter.since_ms.unwrap_or(i64::MIN)],
+            |r| {
+                Ok(LedgerCall {
+                    id: r.get(0)?,
+                    task_id: r.get(1)?,
+                    origin: r.get(2)?,
+                    attempt: r.get(3)?,
+                    try_no: r.get(4)?,
+                    started_at_ms: r.get(5)?,
+                    ended_at_ms: r.get(6)?,
+                    outcome: r.get(7)?,
+                    http_status: r.get(8)?,
+                    // Negative counts can only come from another tool's bad row: shown as unknown.
+                    prompt_tokens: r
+                        .get::<_, Option<i64>>(9)?
+                        .and_then(|n| u64::try_from(n).ok()),
+                    completion_tokens: r
+                        .get::<_, Option<i64>>(10)?
+                        .and_then(|n| u64::try_from(n).ok()),
+                    detail: r.get(11)?,
+                })
+            },
+        )
+        .sql("reading the ledger")?;
+    rows.collect::<Result<_, _>>().sql("reading the ledger")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{LedgerClose, LedgerOpen, NewTask, Origin};
+
+    fn board() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("kanban.db")).unwrap();
+        (dir, store)
+    }
+
+    fn triage(store: &mut Store, title: &str) -> String {
+        store
+            .create_task(&NewTask {
+                title: title.to_owned(),
+                triage: true,
+                ..NewTask::default()
+            })
+            .unwrap()
+            .id
+    }
+
+    fn kinds(store: &Store, id: &str) -> Vec<String> {
+        store
+            .events_of(id)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
+    }
+
+    fn set_state(store: &Store, id: &str, attempts: u32, parked: bool) {
+        store
+            .conn
+            .execute(
+                "UPDATE hermes_decompose_state SET attempts = ?2, due_at_ms = CASE WHEN ?3 THEN NULL ELSE due_at_ms END,
+                 parked_at_ms = CASE WHEN ?3 THEN 5 ELSE NULL END, last_error = 'boom' WHERE task_id = ?1",
+                params![id, attempts, parked],
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn unpark_resets_the_budget_and_makes_the_card_due_now() {
+        let (_dir, mut store) = board();
+        let id = triage(&mut store, "poison");
+        set_state(&store, &id, 3, true);
+        let done = store.unpark(&id, 3, 1_000_000, "alice").unwrap().unwrap();
+        assert_eq!(
+            done,
+            Unparked {
+                task_id: id.clone(),
+                attempts_before: 3,
+                next_attempt_at_ms: Some(1_000_000)
+            }
+        );
+        let state = store.get(&id).unwrap().decompose.unwrap();
+        assert_eq!(state.attempts, 0);
+        assert_eq!(state.parked_at_ms, None);
+        assert_eq!(state.due_at_ms, Some(1_000_000));
+        assert_eq!(state.last_error, None);
+        let events = store.events_of(&id).unwrap();
+        let last = events.last().unwrap();
+        assert_eq!(last.kind, "decompose_unparked");
+        assert_eq!(
+            last.payload,
+            Some(json!({"attempts": 3, "by": "alice", "next_attempt_at": 1000.0}))
+        );
+        // Spent but never marked parked (the budget was lowered since) counts as parked too.
+        set_state(&store, &id, 2, false);
+        assert!(store.unpark(&id, 2, 5, "bob").unwrap().is_ok());
+    }
+
+    #[test]
+    fn unpark_refuses_what_is_not_parked_and_writes_nothing() {
+        let (_dir, mut store) = board();
+        let fresh = triage(&mut store, "fresh");
+        set_state(&store, &fresh, 1, false);
+        let ready = store
+            .create_task(&NewTask {
+                title: "ready".to_owned(),
+                ..NewTask::default()
+            })
+            .unwrap()
+            .id;
+        let before_fresh = kinds(&store, &fresh);
+        assert_eq!(
+            store.unpark(&fresh, 3, 1, "a").unwrap(),
+            Err(UnparkRefusal::NotParked {
+                task_id: fresh.clone(),
+                attempts: 1,
+                max_attempts: 3
+            })
+        );
+        assert_eq!(store.get(&fresh).unwrap().decompose.unwrap().attempts, 1);
+        assert_eq!(kinds(&store, &fresh), before_fresh);
+        let refused = store.unpark(&ready, 3, 1, "a").unwrap().unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            format!("{ready} is not in triage (status ready); only a triage card can be unparked")
+        );
+        assert_eq!(
+            store.unpark("t_00000000", 3, 1, "a").unwrap(),
+            Err(UnparkRefusal::NoSuchTask("t_00000000".to_owned()))
+        );
+    }
+
+    #[test]
+    fn an_opted_out_card_is_unparked_but_stays_unscheduled() {
+        let (_dir, mut store) = board();
+        let id = triage(&mut store, "held");
+        set_state(&store, &id, 3, true);
+        store.set_auto_decompose(&id, false, 1, "a").unwrap();
+        let done = store.unpark(&id, 3, 9, "a").unwrap().unwrap();
+        assert_eq!(done.next_attempt_at_ms, None);
+        assert_eq!(store.get(&id).unwrap().decompose.unwrap().due_at_ms, None);
+    }
+
+    #[test]
+    fn resume_lifts_a_pause_in_force_and_records_who() {
+        let (_dir, mut store) = board();
+        assert_eq!(store.resume_auto_decompose(1_000, "alice").unwrap(), None);
+        assert_eq!(store.last_resume().unwrap(), None);
+        store
+            .set_pause(i64::MAX / 2, "provider refused the API key (HTTP 401)")
+            .unwrap();
+        let cleared = store
+            .resume_auto_decompose(2_000, "alice")
+            .unwrap()
+            .unwrap();
+        assert_eq!(cleared.reason, "provider refused the API key (HTTP 401)");
+        assert_eq!(store.pause().unwrap(), None);
+        assert_eq!(
+            store.last_resume().unwrap(),
+            Some(ResumeRecord {
+                by: "alice".to_owned(),
+                at_ms: 2_000,
+                cleared
+            })
+        );
+        // An expired pause is not in force: nothing to lift, nothing written.
+        store.set_pause(1_500, "old").unwrap();
+        assert_eq!(store.resume_auto_decompose(3_000, "bob").unwrap(), None);
+        assert_eq!(store.last_resume().unwrap().unwrap().by, "alice");
+    }
+
+    #[test]
+    fn switching_auto_decompose_off_and_on() {
+        let (_dir, mut store) = board();
+        let id = triage(&mut store, "card");
+        let due = store.get(&id).unwrap().decompose.unwrap().due_at_ms;
+        let off = store.set_auto_decompose(&id, false, 50, "a").unwrap();
+        assert!(off.changed && !off.enabled);
+        assert_eq!(off.next_attempt_at_ms, None);
+        let state = store.get(&id).unwrap().decompose.unwrap();
+        assert!(state.opt_out);
+        assert_eq!(state.due_at_ms, None);
+        let again = store.set_auto_decompose(&id, false, 60, "a").unwrap();
+        assert!(!again.changed);
+        let on = store.set_auto_decompose(&id, true, 70, "b").unwrap();
+        assert!(on.changed && on.enabled);
+        assert_eq!(
+            on.next_attempt_at_ms,
+            Some(70),
+            "due now, not at its old time {due:?}"
+        );
+        assert!(!store.get(&id).unwrap().decompose.unwrap().opt_out);
+        assert_eq!(
+            kinds(&store, &id),
+            [
+                "created",
+                "auto_decompose_disabled",
+                "auto_decompose_enabled"
+            ]
+        );
+        // A parked card switched back on stays parked (unpark is the way out).
+        set_state(&store, &id, 3, true);
+        store.set_auto_decompose(&id, false, 80, "a").unwrap();
+        let on = store.set_auto_decompose(&id, true, 90, "a").unwrap();
+        assert_eq!(on.next_attempt_at_ms, None);
+        // A card that is not in triage keeps no schedule either way.
+        let ready = store
+            .create_task(&NewTask {
+                title: "ready".to_owned(),
+                ..NewTask::default()
+            })
+            .unwrap()
+            .id;
+        let off = store.set_auto_decompose(&ready, false, 1, "a").unwrap();
+        assert!(off.changed);
+        let on = store.set_auto_decompose(&ready, true, 2, "a").unwrap();
+        assert_eq!(on.next_attempt_at_ms, None);
+        assert!(matches!(
+            store.set_auto_decompose("t_00000000", true, 1, "a"),
+            Err(StoreError::NoSuchTask(_))
+        ));
+    }
+
+    #[test]
+    fn calls_are_listed_oldest_first_and_filtered() {
+        let (_dir, mut store) = board();
+        let a = triage(&mut store, "a");
+        let b = triage(&mut store, "b");
+        for (card, at, outcome) in [
+            (&a, 100, "ok"),
+            (&b, 200, "server_error"),
+            (&a, 300, "timeout"),
+        ] {
+            let row = store
+                .ledger_open(&LedgerOpen {
+                    task_id: card.clone(),
+                    origin: Origin::Gateway,
+                    attempt: 1,
+                    try_no: 1,
+                    started_at_ms: at,
+                    enforce_ceiling: None,
+                })
+                .unwrap()
+                .unwrap();
+            store
+                .ledger_close(
+                    row,
+                    &LedgerClose {
+                        ended_at_ms: at + 40,
+                        outcome: outcome.to_owned(),
+                        http_status: Some(200),
+                        prompt_tokens: Some(10),
+                        completion_tokens: Some(5),
+                        detail: None,
+                    },
+                )
+                .unwrap();
+        }
+        let all = store.calls(&CallFilter::default()).unwrap();
+        assert_eq!(
+            all.iter().map(|c| c.started_at_ms).collect::<Vec<_>>(),
+            [100, 200, 300]
+        );
+        assert_eq!(all[1].outcome, "server_error");
+        assert_eq!(all[0].ended_at_ms, Some(140));
+        let only_a = store
+            .calls(&CallFilter {
+                task_id: Some(a.clone()),
+                since_ms: Some(150),
+            })
+            .unwrap();
+        assert_eq!(only_a.len(), 1);
+        assert_eq!(only_a[0].outcome, "timeout");
+    }
+}

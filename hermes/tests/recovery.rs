@@ -1,0 +1,289 @@
+//! The operator's verbs end to end, through the real binary against a real fake provider and a
+//! real board: `unpark`, `resume`, `auto-decompose ID on|off` and `usage --calls`.
+
+mod common;
+
+use common::{chat_reply, single_task_reply, FakeProvider, Scratch};
+use serde_json::Value;
+use wiremock::ResponseTemplate;
+
+/// A board whose automatic paths bill at most one attempt per card, with no backoff.
+fn board(provider: &FakeProvider, extra: &str) -> Scratch {
+    let s = Scratch::new();
+    s.write_config(&format!(
+        "model:\n  base_url: {}\n  default: fake-model\n\
+         auxiliary:\n  transient_retries: 0\n  timeout_seconds: 10\n\
+         kanban:\n  decompose_max_attempts: 1\n  decompose_backoff_seconds: 0\n{extra}",
+        provider.base_url()
+    ));
+    s
+}
+
+fn event_kinds(s: &Scratch, id: &str) -> Vec<String> {
+    s.json(&["kanban", "show", id, "--json"])["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn decompose_state(s: &Scratch, id: &str) -> Value {
+    s.json(&["kanban", "show", id, "--json"])["task"]["decompose"].clone()
+}
+
+/// `decompose --all`, the automatic sweep; its exit code is not the point here.
+fn sweep(s: &Scratch) {
+    s.run(&["kanban", "decompose", "--all", "--json"]);
+}
+
+#[test]
+fn unpark_gives_a_parked_card_one_more_budget_and_nothing_else() {
+    let provider = FakeProvider::start(ResponseTemplate::new(500));
+    let s = board(&provider, "");
+    let id = s.create("poison", &["--triage"]);
+    sweep(&s);
+    sweep(&s);
+    assert_eq!(provider.bills_for(&id), 1, "parked after its one attempt");
+    assert_eq!(decompose_state(&s, &id)["parked"], true);
+
+    let out = s.run(&["kanban", "unpark", &id, "--by", "ops", "--json"]);
+    assert!(out.success(), "{out:?}");
+    let done = out.json();
+    assert_eq!(done["task_id"], id.as_str());
+    assert_eq!(done["unparked"], true);
+    assert_eq!(done["attempts_before"], 1);
+    assert!(done["next_attempt_at"].as_i64().unwrap() > 1_600_000_000);
+    let state = decompose_state(&s, &id);
+    assert_eq!(state["parked"], false);
+    assert_eq!(state["attempts"], 0);
+    assert_eq!(event_kinds(&s, &id).last().unwrap(), "decompose_unparked");
+
+    // Exactly one more automatic attempt, then parked again.
+    provider.set_reply(ResponseTemplate::new(500));
+    sweep(&s);
+    sweep(&s);
+    assert_eq!(provider.bills_for(&id), 2);
+    assert_eq!(decompose_state(&s, &id)["parked"], true);
+
+    // After a fresh budget a working provider decomposes it.
+    s.ok(&["kanban", "unpark", &id]);
+    provider.set_reply(single_task_reply());
+    sweep(&s);
+    assert_eq!(provider.bills_for(&id), 3);
+    let shown = s.json(&["kanban", "show", &id, "--json"]);
+    assert_eq!(shown["task"]["status"], "ready");
+}
+
+#[test]
+fn unpark_refuses_with_exit_1_and_writes_nothing() {
+    let provider = FakeProvider::start(ResponseTemplate::new(500));
+    let s = board(&provider, "");
+    let fresh = s.create("fresh", &["--triage"]);
+    let ready = s.create("ready", &[]);
+    for (id, reason) in [
+        (
+            fresh.as_str(),
+            "is not parked (0 of 1 automatic attempts used)",
+        ),
+        (ready.as_str(), "is not in triage (status ready)"),
+        ("t_00000000", "no such task: t_00000000"),
+    ] {
+        let before = s.json(&["kanban", "show", &fresh, "--json"]);
+        for json in [true, false] {
+            let mut args = vec!["kanban", "unpark", id];
+            if json {
+                args.push("--json");
+            }
+            let out = s.run(&args);
+            assert_eq!(out.code, Some(1), "{id}: {out:?}");
+            assert!(out.stdout.is_empty(), "{id}: {out:?}");
+            assert!(out.stderr.starts_with("hermes: error: "), "{id}: {out:?}");
+            assert!(out.stderr.contains(reason), "{id}: {out:?}");
+        }
+        assert_eq!(s.json(&["kanban", "show", &fresh, "--json"]), before);
+    }
+    assert_eq!(s.run(&["kanban", "unpark"]).code, Some(2));
+}
+
+#[test]
+fn resume_lifts_the_pause_and_usage_shows_who_did() {
+    let provider = FakeProvider::start(ResponseTemplate::new(401));
+    let s = board(&provider, "  provider_cooldown_seconds: 900\n");
+    let first = s.create("first", &["--triage"]);
+    let second = s.create("second", &["--triage"]);
+
+    // Nothing to resume yet: exit 0 with a note, nothing written.
+    let out = s.run(&["kanban", "resume", "--json"]);
+    assert!(out.success(), "{out:?}");
+    let idle = out.json();
+    assert_eq!(idle["resumed"], false);
+    assert_eq!(idle["cleared"], Value::Null);
+    assert_eq!(
+        s.json(&["kanban", "usage", "--json"])["last_resume"],
+        Value::Null
+    );
+
+    sweep(&s);
+    sweep(&s);
+    let paid = provider.bills_for(&first) + provider.bills_for(&second);
+    assert_eq!(paid, 1, "a 401 pauses the board after one call");
+    let usage = s.json(&["kanban", "usage", "--json"]);
+    assert!(
+        usage["pause"]["reason"].as_str().unwrap().contains("401"),
+        "{usage}"
+    );
+
+    let out = s.run(&["kanban", "resume", "--by", "alice", "--json"]);
+    assert!(out.success(), "{out:?}");
+    let lifted = out.json();
+    assert_eq!(lifted["resumed"], true);
+    assert_eq!(lifted["by"], "alice");
+    assert!(lifted["cleared"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("401"));
+    let usage = s.json(&["kanban", "usage", "--json"]);
+    assert_eq!(usage["pause"], Value::Null);
+    assert_eq!(usage["last_resume"]["by"], "alice");
+    assert!(usage["last_resume"]["at"].as_f64().unwrap() > 1.6e9);
+    let text = s.ok(&["kanban", "usage"]).stdout;
+    assert!(text.contains("last resumed by alice at "), "{text}");
+    assert!(!text.contains("PAUSED"), "{text}");
+
+    // The sweep probes again: one more call, for the card the refusal did not spend.
+    provider.set_reply(single_task_reply());
+    sweep(&s);
+    assert_eq!(provider.bills_for(&first) + provider.bills_for(&second), 2);
+    let statuses: Vec<Value> = [&first, &second]
+        .iter()
+        .map(|id| s.json(&["kanban", "show", id, "--json"])["task"]["status"].clone())
+        .collect();
+    assert!(statuses.contains(&Value::from("ready")), "{statuses:?}");
+    let text = s.ok(&["kanban", "resume"]).stdout;
+    assert!(text.contains("No provider pause in force"), "{text}");
+}
+
+#[test]
+fn auto_decompose_can_be_switched_off_and_on_after_creation() {
+    let provider = FakeProvider::start(single_task_reply());
+    let s = board(&provider, "");
+    let id = s.create("later", &["--triage"]);
+
+    let off = s.json(&["kanban", "auto-decompose", &id, "off", "--json"]);
+    assert_eq!(off["auto_decompose"], false);
+    assert_eq!(off["changed"], true);
+    assert_eq!(off["next_attempt_at"], Value::Null);
+    assert_eq!(decompose_state(&s, &id)["opt_out"], true);
+    sweep(&s);
+    assert_eq!(
+        provider.bills_for(&id),
+        0,
+        "an opted-out card is never billed automatically"
+    );
+
+    let again = s.json(&["kanban", "auto-decompose", &id, "off", "--json"]);
+    assert_eq!(again["changed"], false);
+
+    let on = s.json(&["kanban", "auto-decompose", &id, "on", "--json"]);
+    assert_eq!(on["auto_decompose"], true);
+    assert_eq!(on["changed"], true);
+    assert!(on["next_attempt_at"].as_i64().is_some());
+    assert_eq!(
+        event_kinds(&s, &id),
+        [
+            "created",
+            "auto_decompose_disabled",
+            "auto_decompose_enabled"
+        ]
+    );
+    sweep(&s);
+    assert_eq!(provider.bills_for(&id), 1);
+
+    // The same switch for a card created with --no-auto-decompose.
+    let held = s.create("held", &["--triage", "--no-auto-decompose"]);
+    sweep(&s);
+    assert_eq!(provider.bills_for(&held), 0);
+    s.ok(&["kanban", "auto-decompose", &held, "enable"]);
+    sweep(&s);
+    assert_eq!(provider.bills_for(&held), 1);
+
+    let out = s.run(&["kanban", "auto-decompose", "t_00000000", "on"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("no such task: t_00000000"), "{out:?}");
+    assert_eq!(
+        s.run(&["kanban", "auto-decompose", &id, "sometimes"]).code,
+        Some(2)
+    );
+}
+
+#[test]
+fn usage_calls_lists_every_paid_call() {
+    let provider = FakeProvider::start(ResponseTemplate::new(500));
+    let s = board(&provider, "");
+    let bad = s.create("bad", &["--triage"]);
+    sweep(&s);
+    provider.set_reply(chat_reply(
+        r#"{"fanout": false, "rationale": "r", "title": "t", "body": "b", "assignee": "default"}"#,
+    ));
+    let good = s.create("good", &["--triage"]);
+    s.ok(&["kanban", "decompose", &good, "--json"]);
+
+    let out = s.run(&["kanban", "usage", "--calls", "--json"]);
+    assert!(out.success(), "{out:?}");
+    let calls: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(calls.len(), 2, "{}", out.stdout);
+    assert_eq!(calls[0]["task_id"], bad.as_str());
+    assert_eq!(calls[0]["origin"], "sweep");
+    assert_eq!(calls[0]["outcome"], "server_error");
+    assert_eq!(calls[0]["http_status"], 500);
+    assert_eq!(calls[0]["attempt"], 1);
+    assert_eq!(calls[0]["try"], 1);
+    assert_eq!(calls[1]["task_id"], good.as_str());
+    assert_eq!(calls[1]["origin"], "manual");
+    assert_eq!(calls[1]["outcome"], "ok");
+    assert_eq!(calls[1]["prompt_tokens"], 120);
+    assert_eq!(calls[1]["completion_tokens"], 30);
+    for call in &calls {
+        assert!(call["duration_ms"].as_i64().unwrap() >= 0, "{call}");
+        assert!(call["started_at"].as_f64().unwrap() > 1.6e9, "{call}");
+    }
+
+    let only_good = s
+        .ok(&["kanban", "usage", "--calls", "--card", &good])
+        .stdout;
+    let lines: Vec<&str> = only_good.lines().collect();
+    assert_eq!(lines.len(), 1, "{only_good}");
+    assert!(lines[0].contains(&good), "{only_good}");
+    assert!(
+        lines[0].contains("manual") && lines[0].contains("HTTP 200"),
+        "{only_good}"
+    );
+    assert!(lines[0].contains("120+30 tokens"), "{only_good}");
+
+    let future = s
+        .ok(&["kanban", "usage", "--calls", "--since", "2999-01-01"])
+        .stdout;
+    assert!(
+        future.starts_with("no paid calls since 2999-01-01"),
+        "{future}"
+    );
+    let recent = s.json(&["kanban", "usage", "--since", "1h", "--json"]);
+    assert_eq!(recent["totals"]["calls"], 2);
+
+    let out = s.run(&["kanban", "usage", "--calls", "--card", "t_00000000"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("no such task"), "{out:?}");
+    for bad_args in [
+        vec!["kanban", "usage", "--card", &good],
+        vec!["kanban", "usage", "--calls", "--since", "2026-02-30"],
+        vec!["kanban", "usage", "--since", "soon"],
+    ] {
+        let out = s.run(&bad_args);
+        assert_eq!(out.code, Some(2), "{bad_args:?}: {out:?}");
+    }
+}
