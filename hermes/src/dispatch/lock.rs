@@ -3,6 +3,10 @@
 //!
 //! An advisory `flock` on a file in `$HERMES_GATEWAY_LOCK_DIR`. The kernel drops it when the
 //! holder dies, however it dies, so a gateway killed with SIGKILL never leaves a stale lock behind.
+//!
+//! Besides it, the gateway holds the two locks upstream hermes-agent's dispatchers use for the
+//! same board ([`UpstreamLocks`]), so that an upstream gateway beside it never dispatches either,
+//! and a second gateway of ours configured with another lock directory waits instead of billing.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -97,6 +101,162 @@ impl SingletonLock {
     }
 }
 
+/// What [`UpstreamLocks::poll`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamLockState {
+    /// Both locks are held (or could not even be opened, which upstream treats the same way):
+    /// this gateway may dispatch.
+    Held,
+    /// Another process holds this lock file: do not dispatch yet.
+    Busy(PathBuf),
+}
+
+/// The locks upstream hermes-agent (0.19.0) takes for a board, held here for the gateway's
+/// lifetime once taken:
+///
+/// - `<home>/kanban/.dispatcher.lock`: an upstream gateway takes it once at start and holds it
+///   for its lifetime; one that finds it taken never dispatches, auto-decompose included (its
+///   auto-decompose runs outside the per-tick lock, so holding this one is what keeps it away).
+/// - `<board>.dispatch.lock` beside `kanban.db`: upstream takes it around each dispatcher tick
+///   and skips the tick when it is taken.
+///
+/// Taken in that order, and each only once the one before is held, so a gateway that cannot
+/// dispatch yet never blocks upstream's ticks. Both are retried on every [`poll`](Self::poll)
+/// until held; a file that cannot even be created counts as held, as upstream does, so a
+/// read-only directory cannot stop dispatching.
+#[derive(Debug)]
+pub struct UpstreamLocks {
+    slots: [LockSlot; 2],
+}
+
+#[derive(Debug)]
+struct LockSlot {
+    path: PathBuf,
+    held: Option<Flock<File>>,
+    /// Could not be opened at all (see [`UpstreamLocks`]).
+    unusable: bool,
+}
+
+impl UpstreamLocks {
+    /// The locks for the board at `db_path`; nothing is taken yet.
+    pub fn new(db_path: &Path) -> UpstreamLocks {
+        let dir = match db_path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let mut tick = db_path.as_os_str().to_owned();
+        tick.push(".dispatch.lock");
+        let slot = |path: PathBuf| LockSlot {
+            path,
+            held: None,
+            unusable: false,
+        };
+        UpstreamLocks {
+            slots: [
+                slot(dir.join("kanban").join(".dispatcher.lock")),
+                slot(PathBuf::from(tick)),
+            ],
+        }
+    }
+
+    /// The lock files, in the order they are taken.
+    pub fn paths(&self) -> [&Path; 2] {
+        [&self.slots[0].path, &self.slots[1].path]
+    }
+
+    /// Takes whatever is not held yet, without waiting.
+    pub fn poll(&mut self) -> UpstreamLockState {
+        for slot in &mut self.slots {
+            if slot.held.is_some() || slot.unusable {
+                continue;
+            }
+            let opened = slot
+                .path
+                .parent()
+                .map_or(Ok(()), fs::create_dir_all)
+                .and_then(|()| {
+                    OpenOptions::new()
+                        .read(true)
+                        .append(true)
+                        .create(true)
+                        .open(&slot.path)
+                });
+            let file = match opened {
+                Ok(file) => file,
+                Err(_) => {
+                    slot.unusable = true;
+                    continue;
+                }
+            };
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => slot.held = Some(lock),
+                Err((_, Errno::EWOULDBLOCK)) => {
+                    return UpstreamLockState::Busy(slot.path.clone());
+                }
+                // A filesystem without flock: nothing to coordinate through.
+                Err(_) => slot.unusable = true,
+            }
+        }
+        UpstreamLockState::Held
+    }
+
+    /// The lock files that could not be used at all (treated as held).
+    pub fn unusable(&self) -> Vec<&Path> {
+        self.slots
+            .iter()
+            .filter(|s| s.unusable)
+            .map(|s| s.path.as_path())
+            .collect()
+    }
+}
+
+/// Logs the upstream locks' state once per change, and answers whether the gateway may
+/// dispatch: the gateway calls [`DispatchGate::may_dispatch`] at start and before every tick.
+#[derive(Debug)]
+pub struct DispatchGate {
+    locks: UpstreamLocks,
+    last: Option<UpstreamLockState>,
+}
+
+impl DispatchGate {
+    /// The gate for the board at `db_path`; takes nothing until the first call.
+    pub fn new(db_path: &Path) -> DispatchGate {
+        DispatchGate {
+            locks: UpstreamLocks::new(db_path),
+            last: None,
+        }
+    }
+
+    /// Tries to take the locks not held yet; `true` when all are held. One WARN naming the
+    /// file when a lock is found taken, one INFO when they are all held.
+    pub fn may_dispatch(&mut self) -> bool {
+        let state = self.locks.poll();
+        if self.last.as_ref() != Some(&state) {
+            match &state {
+                UpstreamLockState::Busy(path) => tracing::warn!(
+                    lock = %path.display(),
+                    "another dispatcher (an upstream hermes-agent gateway, or a gateway with another                      HERMES_GATEWAY_LOCK_DIR) holds {}; not dispatching until it is released",
+                    path.display()
+                ),
+                UpstreamLockState::Held => {
+                    for path in self.locks.unusable() {
+                        tracing::warn!(
+                            lock = %path.display(),
+                            "cannot use the dispatcher lock {}; dispatching without it, as                              upstream does",
+                            path.display()
+                        );
+                    }
+                    if self.last.is_some() {
+                        tracing::info!("dispatcher locks acquired; dispatching");
+                    }
+                }
+            }
+            self.last = Some(state.clone());
+        }
+        state == UpstreamLockState::Held
+    }
+}
+
 /// A stable hash (unlike std's, which may change between releases): two gateway builds must
 /// agree on the lock file name for the same board.
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -123,6 +283,95 @@ mod tests {
         assert!(err.to_string().contains("already dispatching"), "{err}");
         drop(first);
         SingletonLock::acquire(&dir.path().join("locks"), &db).unwrap();
+    }
+
+    /// Holds `path` as another process would (a separate open file description).
+    fn hold(path: &Path) -> Flock<File> {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap();
+        Flock::lock(file, FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| e)
+            .unwrap()
+    }
+
+    #[test]
+    fn upstream_locks_are_beside_the_board_and_under_its_kanban_dir() {
+        let locks = UpstreamLocks::new(Path::new("/h/kanban.db"));
+        assert_eq!(
+            locks.paths(),
+            [
+                Path::new("/h/kanban/.dispatcher.lock"),
+                Path::new("/h/kanban.db.dispatch.lock")
+            ]
+        );
+    }
+
+    #[test]
+    fn upstream_locks_are_taken_in_order_and_retried_until_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("kanban.db");
+        let [dispatcher, tick] = UpstreamLocks::new(&db).paths().map(Path::to_owned);
+
+        let upstream_gateway = hold(&dispatcher);
+        let mut ours = UpstreamLocks::new(&db);
+        assert_eq!(ours.poll(), UpstreamLockState::Busy(dispatcher.clone()));
+        // Not dispatching, so upstream's per-tick lock is left alone.
+        drop(hold(&tick));
+
+        drop(upstream_gateway);
+        let upstream_tick = hold(&tick);
+        assert_eq!(ours.poll(), UpstreamLockState::Busy(tick.clone()));
+        drop(upstream_tick);
+        assert_eq!(ours.poll(), UpstreamLockState::Held);
+
+        // Held from now on: upstream finds both taken.
+        for path in [&dispatcher, &tick] {
+            let file = OpenOptions::new()
+                .read(true)
+                .append(true)
+                .open(path)
+                .unwrap();
+            assert!(Flock::lock(file, FlockArg::LockExclusiveNonblock).is_err());
+        }
+        assert_eq!(ours.poll(), UpstreamLockState::Held);
+        drop(ours);
+        drop(hold(&dispatcher));
+        drop(hold(&tick));
+    }
+
+    #[test]
+    fn an_unusable_lock_file_counts_as_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("kanban.db");
+        // A file where the lock directory should be: nothing can be created under it.
+        std::fs::write(dir.path().join("kanban"), b"").unwrap();
+        let mut locks = UpstreamLocks::new(&db);
+        assert_eq!(locks.poll(), UpstreamLockState::Held);
+        assert_eq!(
+            locks.unusable(),
+            [dir.path().join("kanban/.dispatcher.lock")]
+        );
+        drop(locks);
+        let mut gate = DispatchGate::new(&db);
+        assert!(gate.may_dispatch());
+    }
+
+    #[test]
+    fn the_gate_opens_when_the_other_dispatcher_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("kanban.db");
+        let other = hold(&dir.path().join("kanban/.dispatcher.lock"));
+        let mut gate = DispatchGate::new(&db);
+        assert!(!gate.may_dispatch());
+        assert!(!gate.may_dispatch());
+        drop(other);
+        assert!(gate.may_dispatch());
+        assert!(gate.may_dispatch());
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tracing::{debug, info, warn};
 
-pub use lock::{LockError, SingletonLock};
+pub use lock::{DispatchGate, LockError, SingletonLock, UpstreamLockState, UpstreamLocks};
 use notice::Notice;
 
 use crate::auto::{self, Picked};
