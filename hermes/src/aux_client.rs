@@ -236,13 +236,33 @@ pub struct AuxClient {
     http: reqwest::Client,
     endpoint: reqwest::Url,
     settings: AuxSettings,
+    /// Provider-specific request fields merged into every body (see [`AuxClient::with_extra_body`]).
+    extra_body: serde_json::Map<String, Value>,
 }
+
+/// Body fields `extra_body` can never set: the call's identity, its prompt, and what would turn
+/// it into an agent turn, a stream the caller did not ask for, or several billed choices. The
+/// configuration refuses them with a clear error; the client drops them too, so no caller can
+/// get them past it.
+const FIXED_BODY_FIELDS: [&str; 10] = [
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "n",
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "parallel_tool_calls",
+];
 
 impl fmt::Debug for AuxClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AuxClient")
             .field("endpoint", &self.endpoint.as_str())
             .field("settings", &self.settings)
+            .field("extra_body", &self.extra_body)
             .finish()
     }
 }
@@ -256,6 +276,26 @@ struct ChatRequest<'a> {
     temperature: f32,
     max_tokens: u32,
     stream: bool,
+}
+
+impl ChatRequest<'_> {
+    /// The body with `extra` merged in: extra fields are added, and replace `temperature` and
+    /// `max_tokens` (as upstream's client lets them), but never a [`FIXED_BODY_FIELDS`] one.
+    fn to_json(&self, extra: &serde_json::Map<String, Value>) -> serde_json::Result<Vec<u8>> {
+        if extra.is_empty() {
+            return serde_json::to_vec(self);
+        }
+        // Through the text form, so that numbers keep their shortest spelling (`0.2`, not the
+        // f32's `0.20000000298023224`).
+        let mut body: serde_json::Map<String, Value> =
+            serde_json::from_slice(&serde_json::to_vec(self)?)?;
+        for (key, value) in extra {
+            if !FIXED_BODY_FIELDS.contains(&key.as_str()) {
+                body.insert(key.clone(), value.clone());
+            }
+        }
+        serde_json::to_vec(&body)
+    }
 }
 
 impl AuxClient {
@@ -309,7 +349,17 @@ impl AuxClient {
             http,
             endpoint,
             settings,
+            extra_body: serde_json::Map::new(),
         })
+    }
+
+    /// Merges `extra` into every request body (upstream's `extra_body`: provider routing, a
+    /// reasoning level, …). Fields that would change what the call is or how much of it is
+    /// billed are dropped (see [`FIXED_BODY_FIELDS`]); `temperature` and `max_tokens` may be
+    /// replaced.
+    pub fn with_extra_body(mut self, extra: serde_json::Map<String, Value>) -> Self {
+        self.extra_body = extra;
+        self
     }
 
     /// One POST `{base_url}/chat/completions`, bounded by the configured timeout and body cap.
@@ -327,13 +377,14 @@ impl AuxClient {
     }
 
     async fn exchange(&self, messages: &[ChatMessage]) -> Result<Completion, AuxError> {
-        let body = serde_json::to_vec(&ChatRequest {
+        let body = ChatRequest {
             model: &self.settings.model,
             messages,
             temperature: self.settings.temperature,
             max_tokens: self.settings.max_tokens,
             stream: false,
-        })
+        }
+        .to_json(&self.extra_body)
         .map_err(|err| AuxError::InvalidSettings(format!("cannot encode request: {err}")))?;
 
         let mut response = self
@@ -925,6 +976,54 @@ mod tests {
             assert_eq!(error.is_transient(), transient, "{error}");
             assert_eq!(error.http_status(), status, "{error}");
         }
+    }
+
+    #[test]
+    fn extra_body_is_merged_but_cannot_change_the_call() {
+        let messages = [ChatMessage::user("Task id: t_1")];
+        let request = ChatRequest {
+            model: "m",
+            messages: &messages,
+            temperature: 0.25,
+            max_tokens: 100,
+            stream: false,
+        };
+        let extra: serde_json::Map<String, Value> = serde_json::from_value(serde_json::json!({
+            "provider": {"sort": "price"}, "temperature": 0.0, "max_tokens": 50,
+            "model": "other", "messages": [], "stream": true, "stream_options": {}, "n": 3,
+            "tools": [], "tool_choice": "auto", "functions": [], "function_call": "auto",
+            "parallel_tool_calls": true,
+        }))
+        .unwrap();
+        let body: Value = serde_json::from_slice(&request.to_json(&extra).unwrap()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "model": "m", "messages": [{"role": "user", "content": "Task id: t_1"}],
+                "temperature": 0.0, "max_tokens": 50, "stream": false,
+                "provider": {"sort": "price"},
+            })
+        );
+        let plain: Value =
+            serde_json::from_slice(&request.to_json(&serde_json::Map::new()).unwrap()).unwrap();
+        assert_eq!(plain["temperature"], 0.25);
+        let tenths = ChatRequest {
+            temperature: 0.2,
+            ..request
+        };
+        let text = String::from_utf8(tenths.to_json(&extra).unwrap()).unwrap();
+        assert!(text.contains("\"max_tokens\":50"), "{text}");
+        let text = String::from_utf8(
+            ChatRequest {
+                temperature: 0.2,
+                ..tenths
+            }
+            .to_json(&serde_json::from_value(serde_json::json!({"top_p": 0.5})).unwrap())
+            .unwrap(),
+        )
+        .unwrap();
+        assert!(text.contains("\"temperature\":0.2,"), "{text}");
+        assert!(plain.get("tools").is_none());
     }
 
     #[test]
