@@ -292,3 +292,108 @@ pub fn single_task_reply() -> wiremock::ResponseTemplate {
         r#"{"fanout": false, "rationale": "small", "title": "done", "body": "b", "assignee": "default"}"#,
     )
 }
+
+/// A running `hermes gateway run`, its stderr collected line by line. Stopped with SIGTERM by
+/// [`Gateway::stop`], or killed when dropped.
+pub struct Gateway {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Scratch {
+    /// Starts `hermes gateway run` (plus `extra_args`) with `env` on top of the scratch
+    /// environment, and waits for its "gateway started" line.
+    pub fn gateway(&self, extra_args: &[&str], env: &[(&str, &str)]) -> Gateway {
+        let mut args = vec!["gateway", "run"];
+        args.extend_from_slice(extra_args);
+        let mut cmd = self.command(&args);
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawning the gateway");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().expect("the log lock").push(line);
+            }
+        });
+        let gateway = Gateway {
+            child,
+            lines,
+            reader: Some(reader),
+        };
+        gateway.wait_for(Duration::from_secs(30), |l| l.contains("gateway started"));
+        gateway
+    }
+}
+
+impl Gateway {
+    /// Every stderr line so far.
+    pub fn log(&self) -> Vec<String> {
+        self.lines.lock().expect("the log lock").clone()
+    }
+
+    /// Waits until a stderr line satisfies `found`, and returns it.
+    pub fn wait_for(&self, timeout: Duration, found: impl Fn(&str) -> bool) -> String {
+        wait_until(timeout, || self.log().into_iter().find(|l| found(l))).unwrap_or_else(|| {
+            panic!(
+                "no such gateway log line in {timeout:?}:\n{}",
+                self.log().join("\n")
+            )
+        })
+    }
+
+    /// SIGTERM, then the exit code and the whole log once the process is gone.
+    pub fn stop(mut self) -> (Option<i32>, Vec<String>) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let status = wait_until(Duration::from_secs(20), || {
+            self.child.try_wait().ok().flatten()
+        });
+        let code = match status {
+            Some(status) => status.code(),
+            None => {
+                let _ = self.child.kill();
+                panic!(
+                    "the gateway ignored SIGTERM for 20 s:\n{}",
+                    self.log().join("\n")
+                );
+            }
+        };
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        (code, self.log())
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `probe` every 20 ms until it yields something or `timeout` passes.
+pub fn wait_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = probe() {
+            return Some(found);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
