@@ -311,9 +311,7 @@ fn parse_datetime(text: &str) -> Result<Option<i64>, String> {
     let mut secs_of_day = 0i64;
     let mut millis = 0i64;
     if let Some(time) = rest.strip_prefix('T').or_else(|| rest.strip_prefix(' ')) {
-        let end = time
-            .find(['Z', 'z', '+', '-'])
-            .unwrap_or(time.len());
+        let end = time.find(['Z', 'z', '+', '-']).unwrap_or(time.len());
         let (clock, after) = time.split_at(end);
         let mut parts = clock.splitn(3, ':');
         let hour = num(parts.next().unwrap_or(""))?;
