@@ -3,8 +3,12 @@
 
 mod common;
 
-use common::Scratch;
+use std::time::Duration;
+
+use common::{single_task_reply, wait_until, FakeProvider, Scratch};
+use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
+use wiremock::ResponseTemplate;
 
 #[test]
 fn gateway_run_json_writes_one_json_object_per_log_line() {
@@ -88,4 +92,259 @@ fn an_out_of_range_value_stops_the_gateway_at_start() {
         ),
         "{out:?}"
     );
+}
+
+/// Upstream's default config, as `hermes setup` writes it, pointed at the fake provider: the
+/// decomposer section names a cheap model, the main model is the expensive one.
+fn upstream_style_config(provider: &FakeProvider, decomposer: &str) -> String {
+    format!(
+        "model:\n  provider: custom\n  base_url: {}\n  default: expensive-frontier-model\n\
+         auxiliary:\n  transient_retries: 0\n  kanban_decomposer:\n{decomposer}\
+         kanban:\n  dispatch_interval_seconds: 0.1\n",
+        provider.base_url()
+    )
+}
+
+#[test]
+fn the_decomposer_model_is_what_decompose_calls_carry() {
+    let provider = FakeProvider::start(single_task_reply());
+    let s = Scratch::new();
+    s.write_config(&upstream_style_config(
+        &provider,
+        "    provider: auto\n    model: cheap-small-model\n    base_url: ''\n    api_key: ''\n\
+         \x20   timeout: 180\n    extra_body: {}\n",
+    ));
+    let by_hand = s.create("by hand", &["--triage", "--no-auto-decompose"]);
+    s.ok(&["kanban", "decompose", &by_hand, "--json"]);
+    let by_gateway = s.create("by the gateway", &["--triage"]);
+    let gateway = s.gateway(&[], &[]);
+    let billed = wait_until(Duration::from_secs(20), || {
+        (provider.bills_for(&by_gateway) > 0).then_some(())
+    });
+    let (code, log) = gateway.stop();
+    assert!(
+        billed.is_some(),
+        "the gateway never billed the card:\n{}",
+        log.join("\n")
+    );
+    assert_eq!(code, Some(0));
+    let models: Vec<Value> = provider
+        .bodies()
+        .iter()
+        .map(|b| b["model"].clone())
+        .collect();
+    assert_eq!(models, ["cheap-small-model", "cheap-small-model"]);
+}
+
+#[test]
+fn the_decomposer_endpoint_key_extra_body_and_timeout_apply() {
+    let provider = FakeProvider::start(single_task_reply());
+    let s = Scratch::new();
+    s.write_config(&format!(
+        "model:\n  base_url: http://127.0.0.1:9/v1\n  default: expensive-frontier-model\n\
+         auxiliary:\n  transient_retries: 0\n  kanban_decomposer:\n    provider: custom\n\
+         \x20   base_url: {}\n    api_key: sk-decomposer\n    reasoning_effort: low\n\
+         \x20   timeout: 0.5\n    extra_body:\n      provider: {{sort: price}}\n",
+        provider.base_url()
+    ));
+    let id = s.create("card", &["--triage"]);
+    let mut cmd = s.command(&["kanban", "decompose", &id, "--json"]);
+    cmd.env("OPENAI_API_KEY", "sk-from-the-environment");
+    let out = common::run_command(cmd, common::CALL_TIMEOUT);
+    assert!(out.success(), "{out:?}");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].headers.get("authorization").unwrap(),
+        "Bearer sk-decomposer",
+        "api_key overrides the environment"
+    );
+    let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(body["model"], "expensive-frontier-model");
+    assert_eq!(body["provider"], serde_json::json!({"sort": "price"}));
+    assert_eq!(
+        body["reasoning"],
+        serde_json::json!({"enabled": true, "effort": "low"})
+    );
+    assert_eq!(body["stream"], false);
+    assert!(body.get("tools").is_none());
+
+    // `timeout: 0.5` bounds the request although auxiliary.timeout_seconds is 120 s.
+    provider.set_reply(single_task_reply().set_delay(Duration::from_secs(5)));
+    let slow = s.create("slow", &["--triage"]);
+    let out = s.run(&["kanban", "decompose", &slow, "--json"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.elapsed < Duration::from_secs(4),
+        "took {:?}",
+        out.elapsed
+    );
+    let line = out.json();
+    assert!(
+        line["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no complete reply within 0.5s"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_decomposer_refused_by_the_config_bills_nothing() {
+    let provider = FakeProvider::start(single_task_reply());
+    let s = Scratch::new();
+    s.write_config(&upstream_style_config(
+        &provider,
+        "    provider: anthropic\n",
+    ));
+    let id = s.create("card", &["--triage"]);
+    let out = s.run(&["kanban", "decompose", &id, "--json"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("auxiliary.kanban_decomposer.provider is \"anthropic\""),
+        "{out:?}"
+    );
+    let gateway = s.gateway(&[], &[]);
+    gateway.wait_for(Duration::from_secs(10), |l| {
+        l.contains("auto-decompose cannot run") && l.contains("set base_url")
+    });
+    let (code, _) = gateway.stop();
+    assert_eq!(code, Some(0));
+    assert!(provider.requests().is_empty());
+}
+
+/// Rows of `sql` (one integer column) in the board, read without writing.
+fn ints(s: &Scratch, sql: &str) -> Vec<i64> {
+    let conn = Connection::open_with_flags(s.db(), OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut stmt = conn.prepare(sql).unwrap();
+    let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+    rows.collect::<Result<_, _>>().unwrap()
+}
+
+#[test]
+fn two_gateways_with_different_lock_dirs_never_both_dispatch() {
+    let provider =
+        FakeProvider::start(ResponseTemplate::new(500).set_delay(Duration::from_millis(150)));
+    let s = Scratch::new();
+    s.write_config(&format!(
+        "model:\n  base_url: {}\n  default: fake-model\n\
+         auxiliary:\n  transient_retries: 0\n  timeout_seconds: 10\n\
+         kanban:\n  dispatch_interval_seconds: 0.1\n  auto_decompose_per_tick: 3\n\
+         \x20 decompose_max_attempts: 3\n  decompose_backoff_seconds: 0.05\n",
+        provider.base_url()
+    ));
+    let cards: Vec<String> = (0..4)
+        .map(|i| s.create(&format!("poison {i}"), &["--triage"]))
+        .collect();
+    let lock_a = s.dir.path().join("locks-a");
+    let lock_b = s.dir.path().join("locks-b");
+    let first = s.gateway(
+        &[],
+        &[("HERMES_GATEWAY_LOCK_DIR", lock_a.to_str().unwrap())],
+    );
+    let second = s.gateway(
+        &[],
+        &[("HERMES_GATEWAY_LOCK_DIR", lock_b.to_str().unwrap())],
+    );
+    let busy = second.wait_for(Duration::from_secs(10), |l| {
+        l.contains(" WARN ") && l.contains(".lock")
+    });
+    assert!(busy.contains("kanban/.dispatcher.lock"), "{busy}");
+    assert!(
+        busy.contains("not dispatching until it is released"),
+        "{busy}"
+    );
+
+    let all_parked = wait_until(Duration::from_secs(60), || {
+        let parked = ints(
+            &s,
+            "SELECT count(*) FROM hermes_decompose_state WHERE parked_at_ms IS NOT NULL",
+        );
+        (parked[0] == cards.len() as i64).then_some(())
+    });
+    assert!(
+        all_parked.is_some(),
+        "not every card was parked:\n{}",
+        first.log().join("\n")
+    );
+    for card in &cards {
+        let attempts = ints(
+            &s,
+            &format!("SELECT attempts FROM hermes_decompose_state WHERE task_id = '{card}'"),
+        )[0];
+        assert_eq!(attempts, 3, "{card}");
+        assert_eq!(
+            provider.bills_for(card),
+            3,
+            "{card}: one bill per attempt, no more"
+        );
+    }
+    let ledger = ints(&s, "SELECT count(*) FROM hermes_aux_ledger")[0];
+    assert_eq!(ledger, 12);
+    let dispatched_by_second = second
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("attempt") || l.contains("parked"))
+        .collect::<Vec<_>>();
+    assert!(dispatched_by_second.is_empty(), "{dispatched_by_second:#?}");
+
+    // When the first goes, the second takes over.
+    let (code, _) = first.stop();
+    assert_eq!(code, Some(0));
+    second.wait_for(Duration::from_secs(10), |l| {
+        l.contains("dispatcher locks acquired")
+    });
+    provider.set_reply(single_task_reply());
+    let fresh = s.create("fresh", &["--triage"]);
+    let billed = wait_until(Duration::from_secs(20), || {
+        (provider.bills_for(&fresh) == 1).then_some(())
+    });
+    let (code, log) = second.stop();
+    assert!(billed.is_some(), "{}", log.join("\n"));
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn config_edits_mid_run_warn_once_each() {
+    let s = Scratch::new();
+    let base = "kanban:\n  dispatch_interval_seconds: 0.1\n  auto_decompose: false\n";
+    s.write_config(base);
+    let gateway = s.gateway(&[], &[]);
+    let typo_warning = |l: &str| l.contains("did you mean kanban.decompose_max_attempts?");
+    let range_warning = |l: &str| {
+        l.contains(
+            "kanban.auto_decompose_per_tick: expected a whole number of cards from 1 to 1000",
+        ) && l.contains("keeping the last good configuration")
+    };
+
+    s.write_config(&format!("{base}  decompose_max_attempt: 2\n"));
+    gateway.wait_for(Duration::from_secs(10), typo_warning);
+    // Another edit that keeps the typo: no second warning for it.
+    s.write_config(&format!(
+        "{base}  decompose_max_attempt: 2\n  auto_promote_children: true\n"
+    ));
+    s.write_config(&format!(
+        "{base}  decompose_max_attempt: 2\n  auto_decompose_per_tick: 4000000000\n"
+    ));
+    gateway.wait_for(Duration::from_secs(10), range_warning);
+    // Ticks go on with the last good config; the fixed file is taken up again.
+    s.write_config(base);
+    gateway.wait_for(Duration::from_secs(10), |l| {
+        l.contains("config.yaml is valid again")
+    });
+    s.write_config(&format!("{base}  decompose_max_attempt: 2\n"));
+    let count = |log: &[String], f: &dyn Fn(&str) -> bool| log.iter().filter(|l| f(l)).count();
+    let back = wait_until(Duration::from_secs(10), || {
+        (count(&gateway.log(), &typo_warning) == 2).then_some(())
+    });
+    let (code, log) = gateway.stop();
+    assert!(
+        back.is_some(),
+        "the typo, back after a clean edit, warns again:\n{}",
+        log.join("\n")
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(count(&log, &typo_warning), 2, "{}", log.join("\n"));
+    assert_eq!(count(&log, &range_warning), 1, "{}", log.join("\n"));
 }

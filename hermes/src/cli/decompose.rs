@@ -12,7 +12,6 @@ use clap::Args;
 use super::{CliError, Context, Outcome};
 use crate::auto::{self, SweepStop};
 use crate::clock::utc_ms;
-use crate::config::api_key;
 use crate::core::{AttemptOutcome, BeginRefusal, Origin};
 use crate::decompose::attempt::{run_attempt, AttemptContext};
 use crate::decompose::roster;
@@ -46,9 +45,9 @@ pub fn run(ctx: &Context, args: &DecomposeArgs) -> Result<Outcome, CliError> {
 }
 
 fn attempt_context(ctx: &Context) -> Result<AttemptContext, CliError> {
-    Ok(AttemptContext::new(
+    Ok(AttemptContext::from_config(
         Arc::new(ctx.config.clone()),
-        api_key(&ctx.home),
+        &ctx.home,
         roster(&ctx.home, &ctx.config),
         ctx.home.db_path(),
     )?)

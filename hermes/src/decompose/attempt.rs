@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::aux_client::{AuxClient, AuxError, AuxSettings, Completion};
-use crate::config::Config;
+use crate::config::{Config, DecomposerEndpoint, DecomposerSetupError, Home};
 use crate::core::time::after;
 use crate::core::{
     Applied, AttemptBudget, AttemptOutcome, Backoff, FaultPause, Origin, Plan, ProviderFault,
@@ -48,36 +48,51 @@ pub struct AttemptContext {
 }
 
 impl AttemptContext {
-    /// Builds the aux client from the config. Fails (before anything is paid) when the config
-    /// names no provider endpoint or model.
+    /// Builds the aux client for decompose calls as `config` routes them
+    /// (`auxiliary.kanban_decomposer` over `model.*`, see [`Config::decomposer_endpoint`]),
+    /// reading keys from the environment and `home`'s `.env`. Fails (before anything is paid)
+    /// when the config names no usable endpoint or model.
+    pub fn from_config(
+        config: Arc<Config>,
+        home: &Home,
+        roster: Vec<String>,
+        db_path: PathBuf,
+    ) -> Result<Self, AttemptSetupError> {
+        let endpoint = config.decomposer_endpoint(home)?;
+        Self::with_endpoint(config, endpoint, roster, db_path)
+    }
+
+    /// As [`AttemptContext::from_config`], with `api_key` as the only variable set
+    /// (`OPENAI_API_KEY`).
     pub fn new(
         config: Arc<Config>,
         api_key: Option<String>,
         roster: Vec<String>,
         db_path: PathBuf,
     ) -> Result<Self, AttemptSetupError> {
-        let base_url = config
-            .model
-            .base_url
-            .clone()
-            .filter(|url| !url.trim().is_empty())
-            .ok_or(AttemptSetupError::MissingKey("model.base_url"))?;
-        let model = config
-            .model
-            .default
-            .clone()
-            .filter(|m| !m.trim().is_empty())
-            .ok_or(AttemptSetupError::MissingKey("model.default"))?;
+        let endpoint = config.decomposer_endpoint_with(|name| {
+            api_key.clone().filter(|_| name == "OPENAI_API_KEY")
+        })?;
+        Self::with_endpoint(config, endpoint, roster, db_path)
+    }
+
+    fn with_endpoint(
+        config: Arc<Config>,
+        endpoint: DecomposerEndpoint,
+        roster: Vec<String>,
+        db_path: PathBuf,
+    ) -> Result<Self, AttemptSetupError> {
         let client = AuxClient::new(AuxSettings {
-            base_url,
-            model,
-            api_key,
-            timeout: config.auxiliary.timeout,
+            base_url: endpoint.base_url,
+            model: endpoint.model,
+            api_key: endpoint.api_key,
+            timeout: endpoint.timeout,
             max_body_bytes: crate::aux_client::DEFAULT_MAX_BODY_BYTES,
             temperature: 0.2,
             max_tokens: 4000,
         })
-        .map_err(AttemptSetupError::Client)?;
+        .map_err(AttemptSetupError::Client)?
+        .with_extra_body(endpoint.extra_body);
         Ok(Self {
             config,
             client: Arc::new(client),
@@ -90,8 +105,8 @@ impl AttemptContext {
 /// Why no attempt can be made at all with this configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum AttemptSetupError {
-    #[error("config.yaml: {0} is not set; it names the provider the decomposer calls")]
-    MissingKey(&'static str),
+    #[error(transparent)]
+    Config(#[from] DecomposerSetupError),
     #[error("cannot build the provider client: {0}")]
     Client(AuxError),
 }

@@ -26,7 +26,7 @@ pub use lock::{DispatchGate, LockError, SingletonLock, UpstreamLockState, Upstre
 use notice::Notice;
 
 use crate::auto::{self, Picked};
-use crate::config::{api_key, Config, Home};
+use crate::config::{Config, Home, WarningLog};
 use crate::core::time::secs_between;
 use crate::core::{error_chain, AttemptOutcome, BeginRefusal, Origin};
 use crate::decompose::attempt::{AttemptContext, AttemptError, SHUTDOWN_ANSWER_WAIT};
@@ -117,6 +117,8 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     let board = BoardHandle::open(&db_path).await?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut dispatcher = Dispatcher::new(home, config, board, shutdown_rx);
+    // At once, so that an upstream gateway starting a moment later finds them taken.
+    dispatcher.upstream_locks.may_dispatch();
     dispatcher.prepare_board().await;
 
     let mut interval = new_interval(dispatcher.config.kanban.dispatch_interval);
@@ -207,6 +209,10 @@ struct Dispatcher {
     /// Recording attempts: while it fails, no request is sent.
     record_notice: Notice,
     file_notice: Notice,
+    /// Upstream's dispatcher locks: nothing is dispatched until they are held.
+    upstream_locks: DispatchGate,
+    /// Config warnings already logged (at start, or by an earlier edit).
+    config_warnings: WarningLog,
 }
 
 impl Dispatcher {
@@ -216,6 +222,7 @@ impl Dispatcher {
         board: BoardHandle,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
+        let db_path = home.db_path();
         let mut dispatcher = Self {
             home,
             config: Arc::new(config),
@@ -234,7 +241,11 @@ impl Dispatcher {
             tick_notice: Notice::default(),
             record_notice: Notice::default(),
             file_notice: Notice::default(),
+            upstream_locks: DispatchGate::new(&db_path),
+            config_warnings: WarningLog::default(),
         };
+        // The start-up warnings were logged with the gateway's first lines.
+        let _ = dispatcher.config_warnings.fresh(&dispatcher.config);
         dispatcher.rebuild_context();
         dispatcher
     }
@@ -306,9 +317,13 @@ impl Dispatcher {
     }
 
     fn rebuild_context(&mut self) {
-        let key = api_key(&self.home);
         let roster = roster(&self.home, &self.config);
-        match AttemptContext::new(self.config.clone(), key, roster, self.home.db_path()) {
+        match AttemptContext::from_config(
+            self.config.clone(),
+            &self.home,
+            roster,
+            self.home.db_path(),
+        ) {
             Ok(ctx) => {
                 self.context = Some(ctx);
                 self.setup_notice.clear();
@@ -328,6 +343,9 @@ impl Dispatcher {
                 if self.config_notice.clear() {
                     info!("config.yaml is valid again; using it");
                 }
+                for warning in self.config_warnings.fresh(&fresh) {
+                    warn!(key = %warning.key, "{warning}");
+                }
                 if *self.config != fresh {
                     self.config = Arc::new(fresh);
                     self.rebuild_context();
@@ -342,6 +360,11 @@ impl Dispatcher {
     async fn tick(&mut self) {
         self.reload_config();
         self.check_board_file().await;
+        // Closing abandoned attempts is a dispatcher's work too: another dispatcher's attempts
+        // in flight are not this gateway's to close.
+        if !self.upstream_locks.may_dispatch() {
+            return;
+        }
         self.recover().await;
         let kanban = &self.config.kanban;
         if !kanban.auto_decompose {

@@ -11,8 +11,8 @@ use super::{SqlResultExt, Store, StoreError};
 /// One hour in milliseconds: the ceiling's rolling window.
 pub const HOUR_MS: i64 = 3_600_000;
 
-const PAUSE_KEY: &str = "provider_pause";
-const UNREACHABLE_KEY: &str = "provider_unreachable";
+pub(crate) const PAUSE_KEY: &str = "provider_pause";
+pub(crate) const UNREACHABLE_KEY: &str = "provider_unreachable";
 
 /// Ledger outcome of a request that never reached the provider: not billed, not counted.
 pub(crate) const UNREACHABLE: &str = "unreachable";

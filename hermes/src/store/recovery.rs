@@ -8,10 +8,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::board::add_event;
+use super::guards::{board_pause, unreachable_pause, PAUSE_KEY, UNREACHABLE_KEY};
 use super::{SqlResultExt, Status, Store, StoreError};
 
-/// The board-state key of the provider pause (shared with the gateway that sets it).
-const PAUSE_KEY: &str = "provider_pause";
 /// The board-state key recording the last `kanban resume`.
 const RESUME_KEY: &str = "provider_pause_cleared";
 
@@ -44,7 +43,8 @@ pub enum UnparkRefusal {
     },
 }
 
-/// A provider pause that `resume` lifted.
+/// The board-wide pauses that `resume` lifted (a provider's refusal, an unreachable
+/// provider's backoff), as one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClearedPause {
     /// When the pause would have ended (ms since the epoch).
@@ -119,8 +119,9 @@ impl Store {
         self.write(|tx| unpark(tx, task_id, max_attempts, now_ms, by))
     }
 
-    /// Lifts the provider pause in force, recording who did it and what it lifted; `None` when
-    /// no pause was in force (then nothing is written).
+    /// Lifts every board-wide pause in force (a provider's refusal, an unreachable provider's
+    /// backoff), recording who did it and what it lifted; `None` when no pause was in force
+    /// (then nothing is written).
     pub fn resume_auto_decompose(
         &mut self,
         now_ms: i64,
@@ -130,8 +131,11 @@ impl Store {
             let Some(pause) = pause_in_force(tx, now_ms)? else {
                 return Ok(None);
             };
-            tx.execute("DELETE FROM hermes_board_state WHERE key = ?1", [PAUSE_KEY])
-                .sql("lifting the provider pause")?;
+            tx.execute(
+                "DELETE FROM hermes_board_state WHERE key IN (?1, ?2)",
+                [PAUSE_KEY, UNREACHABLE_KEY],
+            )
+            .sql("lifting the provider pause")?;
             let record = json!({"by": by, "until_ms": pause.until_ms, "reason": pause.reason});
             tx.execute(
                 "INSERT INTO hermes_board_state (key, value, until_ms, updated_at_ms)
@@ -276,20 +280,21 @@ fn unpark(
     }))
 }
 
+/// The pauses in force as one: until the last of them ends, for all their reasons.
 fn pause_in_force(conn: &Connection, now_ms: i64) -> Result<Option<ClearedPause>, StoreError> {
-    conn.query_row(
-        "SELECT until_ms, value FROM hermes_board_state
-         WHERE key = ?1 AND until_ms IS NOT NULL AND until_ms > ?2",
-        params![PAUSE_KEY, now_ms],
-        |r| {
-            Ok(ClearedPause {
-                until_ms: r.get(0)?,
-                reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-            })
-        },
-    )
-    .optional()
-    .sql("reading the provider pause")
+    let in_force: Vec<_> = [board_pause(conn)?, unreachable_pause(conn)?]
+        .into_iter()
+        .flatten()
+        .filter(|p| p.until_ms > now_ms)
+        .collect();
+    let Some(until_ms) = in_force.iter().map(|p| p.until_ms).max() else {
+        return Ok(None);
+    };
+    let reasons: Vec<&str> = in_force.iter().map(|p| p.reason.as_str()).collect();
+    Ok(Some(ClearedPause {
+        until_ms,
+        reason: reasons.join("; "),
+    }))
 }
 
 fn set_auto_decompose(
@@ -528,6 +533,28 @@ mod tests {
     }
 
     #[test]
+    fn resume_lifts_an_unreachable_providers_backoff_too() {
+        let (_dir, mut store) = board();
+        store
+            .write(|tx| {
+                crate::store::guards::set_unreachable_pause(tx, 9_000, "provider unreachable", 1)
+            })
+            .unwrap();
+        store
+            .set_pause(5_000, "provider refused the API key (HTTP 401)")
+            .unwrap();
+        let cleared = store.resume_auto_decompose(2_000, "ops").unwrap().unwrap();
+        assert_eq!(cleared.until_ms, 9_000);
+        assert_eq!(
+            cleared.reason,
+            "provider refused the API key (HTTP 401); provider unreachable"
+        );
+        assert_eq!(store.pause().unwrap(), None);
+        assert_eq!(store.unreachable_pause().unwrap(), None);
+        assert_eq!(store.resume_auto_decompose(2_001, "ops").unwrap(), None);
+    }
+
+    #[test]
     fn switching_auto_decompose_off_and_on() {
         let (_dir, mut store) = board();
         let id = triage(&mut store, "card");
@@ -596,7 +623,7 @@ mod tests {
                     attempt: 1,
                     try_no: 1,
                     started_at_ms: at,
-                    enforce_ceiling: None,
+                    guards: None,
                 })
                 .unwrap()
                 .unwrap();

@@ -116,9 +116,14 @@ impl Scratch {
         self.hermes_home().join("kanban.db")
     }
 
+    /// Replaces `config.yaml` in one step (write aside, rename), so a running gateway never
+    /// reads half a file.
     pub fn write_config(&self, yaml: &str) {
         std::fs::create_dir_all(self.hermes_home()).expect("creating HERMES_HOME");
-        std::fs::write(self.hermes_home().join("config.yaml"), yaml).expect("writing config.yaml");
+        let aside = self.hermes_home().join(".config.yaml.new");
+        std::fs::write(&aside, yaml).expect("writing config.yaml");
+        std::fs::rename(&aside, self.hermes_home().join("config.yaml"))
+            .expect("replacing config.yaml");
     }
 
     /// The `hermes` binary under test with the scratch environment.
@@ -247,11 +252,16 @@ impl FakeProvider {
         *self.reply.lock().expect("the reply lock") = reply;
     }
 
-    /// Every request's JSON body, in arrival order.
-    pub fn bodies(&self) -> Vec<Value> {
+    /// Every request received, in arrival order.
+    pub fn requests(&self) -> Vec<wiremock::Request> {
         self.runtime
             .block_on(self.server.received_requests())
             .unwrap_or_default()
+    }
+
+    /// Every request's JSON body, in arrival order.
+    pub fn bodies(&self) -> Vec<Value> {
+        self.requests()
             .iter()
             .map(|r| serde_json::from_slice(&r.body).expect("a JSON request body"))
             .collect()
