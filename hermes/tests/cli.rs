@@ -389,7 +389,7 @@ fn a_bad_config_names_the_key() {
     for (yaml, expected) in cases {
         let s = Scratch::new();
         s.write_config(yaml);
-        let out = s.run(&["kanban", "list", "--json"]);
+        let out = s.run(&["kanban", "usage", "--json"]);
         assert_eq!(out.code, Some(1), "{yaml:?}: {out:?}");
         assert!(out.stderr.contains("config.yaml"), "{yaml:?}: {out:?}");
         assert!(out.stderr.contains(expected), "{yaml:?}: {out:?}");
@@ -417,25 +417,72 @@ fn unknown_config_keys_are_fine() {
 fn a_misspelt_key_warns_on_stderr_with_the_closest_known_key() {
     let s = Scratch::new();
     s.write_config("kanban:\n  dispatch_interval_secs: 5\n  auto_decompose: false\n");
-    for args in [
-        vec!["kanban", "list", "--json"],
-        vec!["kanban", "create", "x", "--json"],
-        vec!["kanban", "usage"],
+    let id = s.create("x", &["--triage"]);
+    // The verbs that read config.yaml: those that bill, or report or change the bounds.
+    for (args, code) in [
+        (vec!["kanban", "usage", "--json"], 0),
+        (vec!["kanban", "usage", "--calls"], 0),
+        (vec!["kanban", "unpark", id.as_str()], 1),
+        (vec!["kanban", "decompose", "--all", "--json"], 1),
     ] {
         let out = s.run(&args);
-        assert!(out.success(), "{args:?}: {out:?}");
-        let warnings: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(out.code, Some(code), "{args:?}: {out:?}");
+        let warnings: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("hermes: warning: "))
+            .collect();
         assert_eq!(warnings.len(), 1, "{args:?}: {out:?}");
         assert!(
-            warnings[0].starts_with("hermes: warning: ")
-                && warnings[0].contains("config.yaml: kanban.dispatch_interval_secs: ")
+            warnings[0].contains("config.yaml: kanban.dispatch_interval_secs: ")
                 && warnings[0].ends_with("did you mean kanban.dispatch_interval_seconds?"),
             "{args:?}: {out:?}"
         );
-        if args.contains(&"--json") {
-            // stdout still holds exactly one JSON document.
-            out.json();
+        if args.contains(&"--json") && code == 0 {
+            // stdout still holds only JSON.
+            for line in out.stdout.lines().filter(|l| !l.trim().is_empty()) {
+                assert!(
+                    line.starts_with(['{', '}', '[', ']', ' ', '"']),
+                    "{args:?}: {out:?}"
+                );
+            }
         }
+    }
+}
+
+#[test]
+fn board_only_verbs_do_not_read_the_config() {
+    let s = Scratch::new();
+    s.write_config("kanban:\n  decompose_calls_per_hour: 4000000000\n  typo_key: 1\n");
+    let id = s.create("still works", &["--triage"]);
+    for args in [
+        vec!["kanban", "init"],
+        vec!["kanban", "list", "--json"],
+        vec!["kanban", "show", id.as_str(), "--json"],
+        vec!["kanban", "auto-decompose", id.as_str(), "off"],
+        vec!["kanban", "resume"],
+    ] {
+        let out = s.run(&args);
+        assert!(out.success(), "{args:?}: {out:?}");
+        assert_eq!(out.stderr, "", "{args:?}");
+    }
+    // Every verb that uses it refuses it, before anything is billed.
+    for args in [
+        vec!["kanban", "usage"],
+        vec!["kanban", "decompose", id.as_str()],
+        vec!["kanban", "decompose", "--all"],
+        vec!["kanban", "unpark", id.as_str()],
+        vec!["gateway", "run"],
+    ] {
+        let out = s.run(&args);
+        assert_eq!(out.code, Some(1), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains(
+                "kanban.decompose_calls_per_hour: expected a whole number of calls from 0 to \
+                 100000, got 4000000000"
+            ),
+            "{args:?}: {out:?}"
+        );
     }
 }
 

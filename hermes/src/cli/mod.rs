@@ -81,6 +81,20 @@ pub enum KanbanCommand {
     AutoDecompose(auto_decompose::AutoDecomposeArgs),
 }
 
+impl Command {
+    /// Whether the verb reads `config.yaml`: the ones that bill, or report or change what the
+    /// bounds allow.
+    pub fn reads_config(&self) -> bool {
+        match self {
+            Command::Gateway(_) => true,
+            Command::Kanban(verb) => matches!(
+                verb,
+                KanbanCommand::Decompose(_) | KanbanCommand::Usage(_) | KanbanCommand::Unpark(_)
+            ),
+        }
+    }
+}
+
 /// `hermes gateway …`.
 #[derive(Debug, Subcommand)]
 pub enum GatewayCommand {
@@ -93,7 +107,9 @@ pub enum GatewayCommand {
 pub struct Context {
     /// `$HERMES_HOME` and the paths in it.
     pub home: Home,
-    /// `config.yaml` as loaded at start-up (long-running verbs may re-read it).
+    /// `config.yaml` as loaded at start-up (long-running verbs may re-read it), for the verbs
+    /// that read it ([`Command::reads_config`]); every other verb gets the defaults here and
+    /// must not look.
     pub config: Config,
     /// `--json` was given.
     pub json: bool,
@@ -241,9 +257,14 @@ where
 
 fn execute(cli: Cli) -> Result<Outcome, CliError> {
     let home = Home::from_env()?;
-    // Loaded for every verb, board-only ones included, so a broken config.yaml is reported at
-    // once rather than later by the gateway or a decompose that starts billing.
-    let config = Config::load(&home)?;
+    // Board-only verbs do not read config.yaml at all: a config written by upstream is 15 kB
+    // of YAML, whose parsing would cost more than the rest of a `kanban create`. A broken or
+    // misspelt config is reported by every verb that uses it, before anything is billed.
+    let config = if cli.command.reads_config() {
+        Config::load(&home)?
+    } else {
+        Config::default()
+    };
     // The gateway logs these itself (and again when an edit introduces one).
     if !matches!(cli.command, Command::Gateway(_)) {
         for warning in &config.warnings {
