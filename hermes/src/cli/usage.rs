@@ -15,7 +15,7 @@ use crate::store::{CallFilter, LedgerCall, StoreError};
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Without --calls: per-card calls and tokens, board totals, the hourly window, any pause in force \
-and the last `kanban resume`.
+and the last `kanban resume` (with --json, a `last_resume` object once there has been one).
 With --calls: one line per paid call, oldest first: start time (UTC), card, origin \
 (gateway/sweep/manual), attempt, try, outcome, HTTP status, prompt+completion tokens, duration. \
 With --json, one JSON object per line: {\"id\", \"started_at\", \"task_id\", \"origin\", \
@@ -81,18 +81,17 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
     let last_resume = store.last_resume()?;
     if ctx.json {
         let mut value = serde_json::to_value(&report).map_err(anyhow::Error::from)?;
-        if let Some(obj) = value.as_object_mut() {
+        // Only when there is one, so the report keeps its shape for boards never resumed.
+        if let (Some(r), Some(obj)) = (&last_resume, value.as_object_mut()) {
             obj.insert(
                 "last_resume".to_owned(),
-                last_resume.as_ref().map_or(serde_json::Value::Null, |r| {
-                    json!({
-                        "by": r.by,
-                        "at": r.at_ms as f64 / 1000.0,
-                        "cleared": {
-                            "until": r.cleared.until_ms as f64 / 1000.0,
-                            "reason": r.cleared.reason,
-                        },
-                    })
+                json!({
+                    "by": r.by,
+                    "at": r.at_ms as f64 / 1000.0,
+                    "cleared": {
+                        "until": r.cleared.until_ms as f64 / 1000.0,
+                        "reason": r.cleared.reason,
+                    },
                 }),
             );
         }
