@@ -235,14 +235,16 @@ impl DispatchGate {
             match &state {
                 UpstreamLockState::Busy(path) => tracing::warn!(
                     lock = %path.display(),
-                    "another dispatcher (an upstream hermes-agent gateway, or a gateway with another                      HERMES_GATEWAY_LOCK_DIR) holds {}; not dispatching until it is released",
+                    "another dispatcher (an upstream hermes-agent gateway, or a gateway with another \
+                     HERMES_GATEWAY_LOCK_DIR) holds {}; not dispatching until it is released",
                     path.display()
                 ),
                 UpstreamLockState::Held => {
                     for path in self.locks.unusable() {
                         tracing::warn!(
                             lock = %path.display(),
-                            "cannot use the dispatcher lock {}; dispatching without it, as                              upstream does",
+                            "cannot use the dispatcher lock {}; dispatching without it, as \
+                             upstream does",
                             path.display()
                         );
                     }
