@@ -119,9 +119,10 @@ pub fn backoff(cfg: &Config) -> Backoff {
     Backoff::new(cfg.kanban.decompose_backoff)
 }
 
-/// One attempt's time budget under `cfg`.
+/// One attempt's time budget under `cfg`: its requests are bounded by
+/// [`Config::decompose_timeout`], as the client is.
 pub fn budget(cfg: &Config) -> AttemptBudget {
-    AttemptBudget::new(cfg.auxiliary.timeout, cfg.auxiliary.transient_retries)
+    AttemptBudget::new(cfg.decompose_timeout(), cfg.auxiliary.transient_retries)
 }
 
 /// Runs one attempt on `task_id` and says how it ended.
