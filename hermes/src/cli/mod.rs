@@ -75,7 +75,8 @@ pub enum KanbanCommand {
     Usage(usage::UsageArgs),
     /// Give a parked triage card a fresh automatic budget and make it due now.
     Unpark(unpark::UnparkArgs),
-    /// Lift the board-wide pause a provider refusal set on automatic decompose calls.
+    /// Lift the board-wide pause on automatic decompose calls (a provider refusal, or an
+    /// unreachable provider's backoff).
     Resume(resume::ResumeArgs),
     /// Switch a card's automatic decomposition on or off.
     AutoDecompose(auto_decompose::AutoDecomposeArgs),
