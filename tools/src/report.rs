@@ -414,11 +414,8 @@ fn cell_text(text: &str) -> String {
 
 pub fn format_seconds(seconds: f64) -> String {
     if seconds >= 120.0 {
-        format!(
-            "{}m {:02}s",
-            (seconds / 60.0).floor(),
-            (seconds % 60.0).round() as u64
-        )
+        let whole = seconds.round() as u64;
+        format!("{}m {:02}s", whole / 60, whole % 60)
     } else {
         format!("{seconds:.1} s")
     }
@@ -536,4 +533,24 @@ pub fn today() -> String {
         .next()
         .unwrap_or_default()
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_cells_stay_one_cell_on_one_line() {
+        assert_eq!(cell_text("a|b\nc"), "a\\|b c");
+    }
+
+    #[test]
+    fn bounds_read_as_words() {
+        assert_eq!(bound_words("B5"), "B5 provider pause");
+        assert_eq!(bound_words("switch"), "kill switch");
+        assert_eq!(bound_words("B42"), "B42");
+        assert_eq!(format_seconds(119.94), "119.9 s");
+        assert_eq!(format_seconds(201.0), "3m 21s");
+        assert_eq!(format_seconds(179.6), "3m 00s");
+    }
 }

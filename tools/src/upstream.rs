@@ -372,7 +372,7 @@ fn reusable(source: &Source, venv: &Path, python: &Path, stamp: &Stamp) -> Optio
 /// Imports `hermes_cli.main` and names the distribution that provides `hermes_cli`.
 fn check_import(python: &Path) -> Result<String, String> {
     let script = "import hermes_cli.main, importlib.metadata as m\n\
-                  names = m.packages_distributions().get('hermes_cli') or ['hermes-agent']\n\
+                  names = sorted(set(m.packages_distributions().get('hermes_cli') or ['hermes-agent']))\n\
                   print(', '.join(f'{n} {m.version(n)}' for n in names))";
     let out = Command::new(python)
         .args(["-c", script])
