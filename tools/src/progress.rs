@@ -22,6 +22,8 @@ pub struct Status {
     pub total: Option<usize>,
     /// The gate key (`gateway-tests::seed::…::http_500`).
     pub key: String,
+    /// Whether nextest's name ended in an rstest case.
+    pub has_case: bool,
 }
 
 impl Status {
@@ -57,6 +59,7 @@ pub fn parse(line: &str) -> Option<Status> {
         done: number("done"),
         total: number("total"),
         key: key::of_junit(binary, test),
+        has_case: key::has_case(test),
     })
 }
 

@@ -492,7 +492,7 @@ impl Progress {
             return;
         };
         let package = key::package_of(&status.key);
-        let scenario = key::scenario(&status.key, false);
+        let scenario = key::scenario(&status.key, status.has_case);
         let secs = status
             .seconds
             .map(|s| format!("{s:>6.1}s"))
