@@ -51,10 +51,11 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Case>> {
                     description,
                     ..
                 } => {
-                    let text = message
-                        .as_ref()
-                        .map(|m| m.as_str().to_owned())
-                        .or_else(|| description.as_ref().map(|d| panic_line(d.as_str())))
+                    // nextest's `message` is often only "thread 'x' panicked at file:line";
+                    // the panic's own words are in the captured output that follows it.
+                    let from_output = description.as_ref().and_then(|d| panic_line(d.as_str()));
+                    let text = from_output
+                        .or_else(|| message.as_ref().map(|m| m.as_str().to_owned()))
                         .unwrap_or_else(|| "failed".to_owned());
                     (false, Some(first_line(&text)))
                 }
@@ -81,16 +82,16 @@ fn first_line(text: &str) -> String {
 }
 
 /// The panic's own line from a test's captured output, when there is one.
-fn panic_line(output: &str) -> String {
+fn panic_line(output: &str) -> Option<String> {
     let mut lines = output.lines();
     while let Some(line) = lines.next() {
         if line.contains("panicked at") {
-            if let Some(next) = lines.next().filter(|l| !l.trim().is_empty()) {
-                return next.trim().to_owned();
-            }
+            return lines
+                .find(|l| !l.trim().is_empty())
+                .map(|l| l.trim().to_owned());
         }
     }
-    first_line(output)
+    None
 }
 
 #[cfg(test)]
@@ -108,6 +109,12 @@ mod tests {
 thread 'seed::crashed' panicked at src/x.rs:1:2:
 the board is unreadable
 </error></testcase>
+    <testcase name="seed::located" classname="gateway-tests::it" time="1.0"><failure message="thread &apos;seed::located&apos; panicked at fixtures/src/gaps.rs:378:9" type="test failure">
+running 1 test
+thread &apos;seed::located&apos; panicked at fixtures/src/gaps.rs:378:9:
+sweep exited 0, not 1
+
+note: run with `RUST_BACKTRACE=1`</failure></testcase>
     <testcase name="seed::skipped" classname="gateway-tests::it" time="0"><skipped/></testcase>
     <testcase name="seed::empty" classname="gateway-tests::it" time="0.1"/>
   </testsuite>
@@ -120,6 +127,7 @@ the board is unreadable
                 ("gateway-tests::seed::green", true),
                 ("gateway-tests::seed::red::http_500", false),
                 ("gateway-tests::seed::crashed", false),
+                ("gateway-tests::seed::located", false),
                 ("gateway-tests::seed::empty", true)
             ]
         );
@@ -129,6 +137,11 @@ the board is unreadable
         );
         assert!(cases[1].has_case);
         assert_eq!(cases[2].failure.as_deref(), Some("the board is unreadable"));
+        assert_eq!(
+            cases[3].failure.as_deref(),
+            Some("sweep exited 0, not 1"),
+            "the panic's words, not only where it happened"
+        );
         assert_eq!(cases[0].time, Some(Duration::from_millis(1500)));
     }
 

@@ -89,6 +89,7 @@ mod tests {
                 key:
                     "gateway-tests::seed::failing_triage_card_is_not_rebilled_every_tick::http_500"
                         .into(),
+                has_case: true,
             }
         );
         assert!(status.finishes() && status.passed());

@@ -124,7 +124,7 @@ fn cells_carry_counts_bounds_windows_and_reasons() {
     );
     assert_eq!(
         no_verdict.cells[1].text(),
-        "FAIL (no verdict) — test aborted with signal 9 (SIGKILL)"
+        "FAIL (no verdict) — the board is unreadable: database disk image is malformed"
     );
 }
 

@@ -456,6 +456,8 @@ struct Progress {
     failed: usize,
     /// A pass line is on screen without a newline (terminal only).
     open_line: bool,
+    /// nextest repeats failures after its run; each test is counted once.
+    finished: std::collections::HashSet<String>,
 }
 
 impl Progress {
@@ -467,6 +469,7 @@ impl Progress {
             done: 0,
             failed: 0,
             open_line: false,
+            finished: std::collections::HashSet::new(),
         }
     }
 
@@ -498,6 +501,9 @@ impl Progress {
             .map(|s| format!("{s:>6.1}s"))
             .unwrap_or_default();
         if status.finishes() {
+            if !self.finished.insert(status.key.clone()) {
+                return;
+            }
             self.done = status.done.unwrap_or(self.done + 1);
             if let Some(total) = status.total {
                 self.total = Some(total);
