@@ -48,8 +48,9 @@ struct Args {
     /// Only install the upstream build and print its command prefix (for HERMES_CMD).
     #[arg(long)]
     install_only: bool,
-    /// Do not run anything: lay out what the last run of each target left (its JUnit report and
-    /// verdict records), e.g. after CI's shards ran the suite on the reference.
+    /// Do not run anything: lay out what the last run of each target left (the JUnit report of
+    /// its nextest profile, `ci` or `external`, and its verdict records), e.g. after CI's test
+    /// command ran the suite on the reference.
     #[arg(long, conflicts_with = "install_only")]
     no_run: bool,
     /// Passed on to `cargo nextest run`, e.g. `-- -E 'test(seed)'`.
@@ -332,7 +333,7 @@ fn run_target(ws: &Workspace, plan: &Plan, nextest_args: &[String]) -> anyhow::R
     );
     let mut cmd = ws.cargo();
     cmd.args(["nextest", "run", "--profile", plan.profile])
-        .args(["-p", "gateway-tests", "-p", "cli-tests"])
+        .args(SUITE_PACKAGES.iter().flat_map(|p| ["-p", p]))
         // One line per finished test is what progress is made of; the summary is ours.
         .args(["--status-level", "pass", "--final-status-level", "none"])
         .args(nextest_args)
@@ -396,22 +397,23 @@ fn run_target(ws: &Workspace, plan: &Plan, nextest_args: &[String]) -> anyhow::R
     })
 }
 
-/// What a target's last run left: its JUnit report (kept as `<target>-junit.xml`) and verdicts.
+/// What a target's last run left: the JUnit report of its nextest profile (a fresh run's is also
+/// kept as `<target>-junit.xml`) and its verdict records.
 fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<TargetRun> {
     let out_dir = ws.target_dir.join("conformance");
-    let kept = out_dir.join(format!("{}-junit.xml", plan.name));
-    let junit = if seconds.is_some() {
-        let fresh = junit_path(ws, plan.profile);
-        std::fs::create_dir_all(&out_dir)?;
-        std::fs::copy(&fresh, &kept).with_context(|| format!("keeping {}", kept.display()))?;
-        fresh
-    } else if kept.is_file() {
-        kept
-    } else {
-        // CI's shards leave the profile's report, not a kept copy.
-        junit_path(ws, plan.profile)
-    };
-    let cases = junit::read(&junit)?;
+    let junit = junit_path(ws, plan.profile);
+    if seconds.is_some() {
+        let kept = out_dir.join(format!("{}-junit.xml", plan.name));
+        std::fs::create_dir_all(&out_dir)
+            .with_context(|| format!("creating {}", out_dir.display()))?;
+        std::fs::copy(&junit, &kept).with_context(|| format!("keeping {}", kept.display()))?;
+    }
+    // A whole-workspace run (CI's test command) also reports the reference's own unit tests;
+    // the table is about the conformance suite.
+    let cases: Vec<junit::Case> = junit::read(&junit)?
+        .into_iter()
+        .filter(|case| SUITE_PACKAGES.contains(&key::package_of(&case.key)))
+        .collect();
     if cases.is_empty() {
         bail!(
             "the `{}` run ran no tests ({}); a report with no rows proves nothing",
@@ -436,6 +438,9 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
         seconds,
     })
 }
+
+/// The packages that make up the conformance suite.
+const SUITE_PACKAGES: [&str; 2] = ["gateway-tests", "cli-tests"];
 
 fn tail(path: &Path, lines: usize) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
