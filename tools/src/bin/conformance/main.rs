@@ -422,6 +422,7 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
         );
     }
     let verdicts = verdicts::read(&verdicts::file_in(&ws.target_dir, &plan.name))?;
+    let measured = seconds.is_some();
     let seconds = seconds.unwrap_or_else(|| {
         cases
             .iter()
@@ -431,7 +432,14 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
     });
     Ok(TargetRun {
         name: plan.name.clone(),
-        describes: plan.describes.clone(),
+        describes: if measured {
+            plan.describes.clone()
+        } else {
+            format!(
+                "{} (the last `{}` run; its time is the sum of the tests' times)",
+                plan.describes, plan.profile
+            )
+        },
         gap_list: plan.gaps.clone(),
         cases,
         verdicts,
