@@ -361,11 +361,11 @@ impl Report {
             .collect();
         for (label, words, long) in BOUNDS {
             if used.contains(label) {
-                let _ = writeln!(
-                    out,
-                    "- {}: {long}",
-                    bound_words(label).replace(words, &format!("({words})"))
-                );
+                if label.starts_with('B') {
+                    let _ = writeln!(out, "- {label} ({words}): {long}");
+                } else {
+                    let _ = writeln!(out, "- {words}: {long}");
+                }
             }
         }
         out

@@ -165,6 +165,10 @@ fn markdown_and_json_keep_every_verdict() {
     assert!(md.contains("| gateway-tests | seed › failing triage card is not rebilled every tick (malformed) | B1 budget, B3 validation |"), "{md}");
     assert!(md.contains("- B5 (provider pause): "), "{md}");
     assert!(
+        md.contains("\n- CLI contract: the CLI's exit codes"),
+        "{md}"
+    );
+    assert!(
         md.contains("- **upstream**: 0 pass, 2 known gap(s), 1 fixed?, 3 FAIL, 1 n/a"),
         "{md}"
     );
