@@ -75,7 +75,7 @@ impl Listed {
     pub fn label(&self) -> String {
         match self.issue {
             Some(issue) => format!("#{issue}"),
-            None => short(&self.reason, 60),
+            None => short(&self.reason, 40),
         }
     }
 }
