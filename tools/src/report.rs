@@ -1,0 +1,556 @@
+//! The runs laid out for people: a short terminal summary per target, one Markdown table (a row
+//! per test, a column per target) and the same as JSON for tools.
+//!
+//! Verdicts come from the tests (their records and nextest's JUnit report); this module only
+//! reads them. A cell is `pass`, `known gap #N`, `fixed?` (a listed gap that did not fire: news),
+//! `FAIL` or `n/a` (not run on that target), with the counts and bounds its verdicts recorded.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::junit::Case;
+use crate::verdicts::{short, Outcome, Verdict};
+
+/// What one target's run left behind.
+#[derive(Debug, Clone)]
+pub struct TargetRun {
+    /// The target's name (`reference`, `upstream`, `upstream@<slug>`).
+    pub name: String,
+    /// What was run, for people (`hermes-agent==0.19.0 from PyPI`, a binary, …).
+    pub describes: String,
+    /// The gap list in force (`none`, a list name or a file).
+    pub gap_list: String,
+    pub cases: Vec<Case>,
+    pub verdicts: Vec<Verdict>,
+    /// Wall time of the run.
+    pub seconds: f64,
+}
+
+/// A cell's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mark {
+    Pass,
+    Fixed,
+    KnownGap,
+    Fail,
+    NotRun,
+}
+
+impl Mark {
+    fn json_name(self) -> &'static str {
+        match self {
+            Mark::Pass => "pass",
+            Mark::Fixed => "fixed",
+            Mark::KnownGap => "known_gap",
+            Mark::Fail => "fail",
+            Mark::NotRun => "n/a",
+        }
+    }
+}
+
+/// One test on one target.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub mark: Mark,
+    /// `pass`, `known gap #118872`, `fixed? (listed #118872)`, `FAIL`, `FAIL (no verdict)`, `n/a`.
+    pub label: String,
+    /// The figures behind the label: `bills for doomed card 14 (≤ 3) over 7 ticks, 8.2 s`.
+    pub figures: Vec<String>,
+    /// Why it failed, for a `FAIL`.
+    pub why: Option<String>,
+    pub verdicts: Vec<Verdict>,
+}
+
+impl Cell {
+    /// The cell as one line of text.
+    pub fn text(&self) -> String {
+        let mut text = self.label.clone();
+        if !self.figures.is_empty() {
+            text.push_str(" · ");
+            text.push_str(&self.figures.join("; "));
+        }
+        if let Some(why) = &self.why {
+            text.push_str(" — ");
+            text.push_str(why);
+        }
+        text
+    }
+}
+
+/// One test across targets.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub key: String,
+    pub package: String,
+    pub scenario: String,
+    /// The promises its verdicts are about, in first-seen order (`B1`, `cli`, …).
+    pub bounds: Vec<String>,
+    pub cells: Vec<Cell>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub runs: Vec<TargetRun>,
+    pub rows: Vec<Row>,
+    pub date: String,
+}
+
+/// Counts of one target's column.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub pass: usize,
+    pub known_gap: usize,
+    pub fixed: usize,
+    pub fail: usize,
+    pub not_run: usize,
+}
+
+/// The promises of SPEC §7 and the contracts around them, in words: (label, short, long).
+const BOUNDS: &[(&str, &str, &str)] = &[
+    (
+        "B1",
+        "budget",
+        "a failing card is billed by the automatic paths at most `decompose_max_attempts` times",
+    ),
+    (
+        "B2",
+        "backoff",
+        "between failures a card waits, and cards in backoff never take a tick's slot",
+    ),
+    (
+        "B3",
+        "validation",
+        "a reply is validated whole; an invalid graph writes nothing",
+    ),
+    (
+        "B4",
+        "once",
+        "a decomposed card is never billed again; a card that left triage gets no rows",
+    ),
+    (
+        "B5",
+        "provider pause",
+        "401/402/403/429 pause auto-decompose board-wide: one call, not one per card",
+    ),
+    (
+        "B6",
+        "hourly ceiling",
+        "at most `decompose_calls_per_hour` paid calls board-wide in any rolling hour",
+    ),
+    ("B7", "holds", "cards people hold are never auto-decomposed"),
+    (
+        "B8",
+        "hung/huge provider",
+        "a hung provider blocks neither the ticks nor other cards; a huge body is cut off",
+    ),
+    (
+        "B9",
+        "visible",
+        "every paid call is visible (ledger, events, one warning per parked card)",
+    ),
+    (
+        "cli",
+        "CLI contract",
+        "the CLI's exit codes and JSON lines (SPEC §4)",
+    ),
+    (
+        "reply",
+        "reply contract",
+        "every reply the contract allows is applied as written (SPEC §5)",
+    ),
+    (
+        "gateway",
+        "one gateway",
+        "one gateway per board; a second one refuses to start (SPEC §6)",
+    ),
+    (
+        "switch",
+        "kill switch",
+        "`auto_decompose: false` stops paid calls from the next tick",
+    ),
+];
+
+/// `B1` → `B1 budget`; `cli` → `CLI contract`; anything unknown stays as it is.
+pub fn bound_words(bound: &str) -> String {
+    match BOUNDS.iter().find(|(label, _, _)| *label == bound) {
+        Some((label, words, _)) if label.starts_with('B') => format!("{label} {words}"),
+        Some((_, words, _)) => (*words).to_owned(),
+        None => bound.to_owned(),
+    }
+}
+
+impl Report {
+    pub fn build(runs: Vec<TargetRun>, date: String) -> Report {
+        // key → whether nextest named it with an rstest case
+        let mut keys: BTreeMap<String, bool> = BTreeMap::new();
+        for run in &runs {
+            for case in &run.cases {
+                *keys.entry(case.key.clone()).or_default() |= case.has_case;
+            }
+            for verdict in &run.verdicts {
+                keys.entry(verdict.test.clone()).or_default();
+            }
+        }
+        let rows = keys
+            .into_iter()
+            .map(|(key, has_case)| {
+                let cells: Vec<Cell> = runs.iter().map(|run| cell(run, &key)).collect();
+                let mut bounds: Vec<String> = Vec::new();
+                for verdict in cells.iter().flat_map(|c| &c.verdicts) {
+                    if !bounds.contains(&verdict.bound) {
+                        bounds.push(verdict.bound.clone());
+                    }
+                }
+                Row {
+                    package: crate::key::package_of(&key).to_owned(),
+                    scenario: crate::key::scenario(&key, has_case),
+                    key,
+                    bounds,
+                    cells,
+                }
+            })
+            .collect();
+        Report { runs, rows, date }
+    }
+
+    /// True when no cell is `FAIL`.
+    pub fn all_held(&self) -> bool {
+        !self
+            .rows
+            .iter()
+            .flat_map(|r| &r.cells)
+            .any(|c| c.mark == Mark::Fail)
+    }
+
+    pub fn counts(&self, target: usize) -> Counts {
+        let mut counts = Counts::default();
+        for row in &self.rows {
+            match row.cells[target].mark {
+                Mark::Pass => counts.pass += 1,
+                Mark::Fixed => counts.fixed += 1,
+                Mark::KnownGap => counts.known_gap += 1,
+                Mark::Fail => counts.fail += 1,
+                Mark::NotRun => counts.not_run += 1,
+            }
+        }
+        counts
+    }
+
+    /// The short summary for the terminal: one line per target, then the news (fixed?) and
+    /// every FAIL with its reason.
+    pub fn summary(&self) -> String {
+        let width = self
+            .runs
+            .iter()
+            .map(|r| r.name.chars().count())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        let mut out = format!(
+            "{:<width$}  {:>5}  {:>9}  {:>6}  {:>4}  {:>4}  {:>8}\n",
+            "target", "pass", "known gap", "fixed?", "FAIL", "n/a", "time"
+        );
+        for (index, run) in self.runs.iter().enumerate() {
+            let c = self.counts(index);
+            let _ = writeln!(
+                out,
+                "{:<width$}  {:>5}  {:>9}  {:>6}  {:>4}  {:>4}  {:>8}",
+                run.name,
+                c.pass,
+                c.known_gap,
+                c.fixed,
+                c.fail,
+                c.not_run,
+                format_seconds(run.seconds)
+            );
+        }
+        for (mark, heading) in [
+            (
+                Mark::Fixed,
+                "fixed? (a listed gap did not fire: check, then drop it from the list)",
+            ),
+            (Mark::Fail, "FAIL"),
+        ] {
+            let lines: Vec<String> = self
+                .rows
+                .iter()
+                .flat_map(|row| {
+                    self.runs
+                        .iter()
+                        .zip(&row.cells)
+                        .filter(move |(_, cell)| cell.mark == mark)
+                        .map(move |(run, cell)| {
+                            format!(
+                                "  {} · {} {}: {}",
+                                run.name,
+                                row.package,
+                                row.scenario,
+                                cell.text()
+                            )
+                        })
+                })
+                .collect();
+            if !lines.is_empty() {
+                let _ = writeln!(out, "\n{heading}:");
+                for line in lines {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+        }
+        out
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut out = format!("## Conformance: bounded billing ({})\n\n", self.date);
+        for run in &self.runs {
+            let _ = writeln!(
+                out,
+                "- **{}**: {}; gap list `{}`; {}",
+                run.name,
+                run.describes,
+                run.gap_list,
+                format_seconds(run.seconds)
+            );
+        }
+        out.push_str("\n| suite | scenario | bound |");
+        for run in &self.runs {
+            let _ = write!(out, " {} |", run.name);
+        }
+        out.push_str("\n|---|---|---|");
+        for _ in &self.runs {
+            out.push_str("---|");
+        }
+        out.push('\n');
+        for row in &self.rows {
+            let bounds: Vec<String> = row.bounds.iter().map(|b| bound_words(b)).collect();
+            let _ = write!(
+                out,
+                "| {} | {} | {} |",
+                row.package,
+                cell_text(&row.scenario),
+                cell_text(&bounds.join(", "))
+            );
+            for cell in &row.cells {
+                let _ = write!(out, " {} |", cell_text(&cell.text()));
+            }
+            out.push('\n');
+        }
+        out.push('\n');
+        for (index, run) in self.runs.iter().enumerate() {
+            let c = self.counts(index);
+            let _ = writeln!(
+                out,
+                "- **{}**: {} pass, {} known gap(s), {} fixed?, {} FAIL, {} n/a",
+                run.name, c.pass, c.known_gap, c.fixed, c.fail, c.not_run
+            );
+        }
+        out.push_str(
+            "\nCells: `pass` the bound held; `known gap` it failed as the target's gap list says \
+             (upstream issue, or the listed reason); `fixed?` the list names a gap that did not \
+             fire (news: a fix, or a window too short to see it); `FAIL` it failed otherwise \
+             (for a mismatch, what was listed and what was seen); `n/a` not run on that target. \
+             Figures read `what observed (≤ limit) over window`.\n\nBounds:\n",
+        );
+        let used: Vec<&str> = self
+            .rows
+            .iter()
+            .flat_map(|r| r.bounds.iter().map(String::as_str))
+            .collect();
+        for (label, words, long) in BOUNDS {
+            if used.contains(label) {
+                if label.starts_with('B') {
+                    let _ = writeln!(out, "- {label} ({words}): {long}");
+                } else {
+                    let _ = writeln!(out, "- {words}: {long}");
+                }
+            }
+        }
+        out
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "date": self.date,
+            "all_held": self.all_held(),
+            "targets": self.runs.iter().enumerate().map(|(index, run)| {
+                let c = self.counts(index);
+                json!({
+                    "name": run.name,
+                    "describes": run.describes,
+                    "gap_list": run.gap_list,
+                    "seconds": (run.seconds * 10.0).round() / 10.0,
+                    "counts": {
+                        "pass": c.pass, "known_gap": c.known_gap, "fixed": c.fixed,
+                        "fail": c.fail, "n/a": c.not_run,
+                    },
+                })
+            }).collect::<Vec<_>>(),
+            "rows": self.rows.iter().map(|row| json!({
+                "test": row.key,
+                "package": row.package,
+                "scenario": row.scenario,
+                "bounds": row.bounds,
+                "cells": self.runs.iter().zip(&row.cells).map(|(run, cell)| {
+                    (run.name.clone(), json!({
+                        "mark": cell.mark.json_name(),
+                        "label": cell.label,
+                        "figures": cell.figures,
+                        "why": cell.why,
+                        "verdicts": cell.verdicts,
+                    }))
+                }).collect::<serde_json::Map<String, Value>>(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Text safe inside a Markdown table cell.
+fn cell_text(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+pub fn format_seconds(seconds: f64) -> String {
+    if seconds >= 120.0 {
+        let whole = seconds.round() as u64;
+        format!("{}m {:02}s", whole / 60, whole % 60)
+    } else {
+        format!("{seconds:.1} s")
+    }
+}
+
+fn cell(run: &TargetRun, key: &str) -> Cell {
+    let case = run.cases.iter().find(|c| c.key == key);
+    let verdicts: Vec<Verdict> = run
+        .verdicts
+        .iter()
+        .filter(|v| v.test == key)
+        .cloned()
+        .collect();
+    let of = |outcomes: &[Outcome]| -> Vec<&Verdict> {
+        verdicts
+            .iter()
+            .filter(|v| outcomes.contains(&v.outcome))
+            .collect()
+    };
+    let figures = |shown: &[&Verdict]| -> Vec<String> {
+        let mut figures: Vec<String> = shown.iter().map(|v| v.figure()).collect();
+        let rest = verdicts.len() - shown.len();
+        if rest > 0 && !figures.is_empty() {
+            figures.push(format!("+{rest} more verdict(s)"));
+        }
+        figures
+    };
+    let failing = of(&[Outcome::Fail, Outcome::Mismatch]);
+    let known = of(&[Outcome::KnownGap]);
+    let fixed = of(&[Outcome::Fixed]);
+    let junit_failure = case
+        .filter(|c| !c.passed)
+        .map(|c| c.failure.clone().unwrap_or_else(|| "failed".to_owned()));
+
+    let (mark, label, shown, why): (Mark, String, Vec<&Verdict>, Option<String>) =
+        if case.is_none() && verdicts.is_empty() {
+            (Mark::NotRun, "n/a".to_owned(), vec![], None)
+        } else if let Some(first) = failing.first() {
+            let why = match first.outcome {
+                Outcome::Mismatch => first.mismatch_text(),
+                _ => first.message.clone(),
+            };
+            (
+                Mark::Fail,
+                "FAIL".to_owned(),
+                failing.clone(),
+                why.map(|w| short(&w, 300)),
+            )
+        } else if let Some(failure) = junit_failure {
+            let label = if verdicts.is_empty() {
+                "FAIL (no verdict)"
+            } else {
+                "FAIL"
+            };
+            (
+                Mark::Fail,
+                label.to_owned(),
+                vec![],
+                Some(short(&failure, 300)),
+            )
+        } else if !known.is_empty() {
+            (
+                Mark::KnownGap,
+                format!("known gap {}", listed_labels(&known)),
+                known.clone(),
+                None,
+            )
+        } else if !fixed.is_empty() {
+            (
+                Mark::Fixed,
+                format!("fixed? (listed {})", listed_labels(&fixed)),
+                fixed.clone(),
+                None,
+            )
+        } else {
+            // A passing cell shows its time-bound verdict first: that is the one with a window
+            // worth reading.
+            let shown: Vec<&Verdict> = verdicts
+                .iter()
+                .filter(|v| v.window.is_some())
+                .take(1)
+                .chain(verdicts.iter().filter(|v| v.window.is_none()).take(1))
+                .take(1)
+                .collect();
+            (Mark::Pass, "pass".to_owned(), shown, None)
+        };
+    Cell {
+        mark,
+        label,
+        figures: figures(&shown),
+        why,
+        verdicts,
+    }
+}
+
+fn listed_labels(verdicts: &[&Verdict]) -> String {
+    let mut labels: Vec<String> = Vec::new();
+    for verdict in verdicts {
+        let label = verdict
+            .listed
+            .as_ref()
+            .map_or_else(|| verdict.kind.clone(), |l| l.label());
+        if !labels.contains(&label) {
+            labels.push(label);
+        }
+    }
+    labels.join(", ")
+}
+
+/// Today's date (UTC) as `YYYY-MM-DD`.
+pub fn today() -> String {
+    let secs = hermes::clock::now_secs();
+    hermes::clock::utc(secs)
+        .split(' ')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_cells_stay_one_cell_on_one_line() {
+        assert_eq!(cell_text("a|b\nc"), "a\\|b c");
+    }
+
+    #[test]
+    fn bounds_read_as_words() {
+        assert_eq!(bound_words("B5"), "B5 provider pause");
+        assert_eq!(bound_words("switch"), "kill switch");
+        assert_eq!(bound_words("B42"), "B42");
+        assert_eq!(format_seconds(119.94), "119.9 s");
+        assert_eq!(format_seconds(201.0), "3m 21s");
+        assert_eq!(format_seconds(179.6), "3m 00s");
+    }
+}
