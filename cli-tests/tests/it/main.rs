@@ -10,10 +10,15 @@
 //! | module | concern |
 //! |---|---|
 //! | `seed` | the original suite's 500-child reply, ported |
+//! | `boundaries` | the last valid parent index, a fan-out of exactly the child cap and one more |
 //! | `hostile_replies` | replies that must be rejected whole |
 //! | `accepted_replies` | fan-outs, fenced JSON, single promotion, hostile titles |
 //! | `zero_cost` | cards that must cost no request at all |
 //! | `races` | two `decompose` processes on one card |
+//! | `claims` | a card in flight: parallel sweeps, a second decompose refused |
+//! | `retries` | tries spaced within one attempt, `Retry-After` honoured or ending the retries |
+//! | `outage` | an unreachable provider costs nothing; the card is decomposed once it is back |
+//! | `config_extremes` | absurd numbers in `config.yaml` |
 //! | `sweep` | `decompose --all` and human holds |
 //! | `json_shape` | the `--json` line and exit codes |
 //! | `reference_only` | ledger, usage, opt-out, budget, hostile-body bounds (left out on other targets) |
@@ -53,10 +58,15 @@ macro_rules! assert_rows_snapshot {
 }
 
 mod accepted_replies;
+mod boundaries;
+mod claims;
+mod config_extremes;
 mod hostile_replies;
 mod json_shape;
+mod outage;
 mod races;
 mod reference_only;
+mod retries;
 mod seed;
 mod sweep;
 mod zero_cost;

@@ -1,7 +1,19 @@
 //! What only the reference has: the per-card attempt record and the aux-call ledger, `kanban
 //! usage`, the `--no-auto-decompose` opt-out, the sweep's attempt budget and backoff, and the
 //! bounds on hostile provider bodies (1 MiB cap, cut streams, transient retries). The `external`
-//! nextest profile leaves this module out by name.
+//! nextest profile leaves this module out by name, submodules included.
+//!
+//! | submodule | concern |
+//! |---|---|
+//! | `body_cap` | a reply body of exactly 1 MiB and one byte more |
+//! | `budget` | the attempt budget and the hourly ceiling at their boundaries (0 included) |
+//! | `records` | ledger rows per try, unreachable requests, rows left in flight |
+//! | `config_extremes` | absurd numbers for the bound keys |
+
+mod body_cap;
+mod budget;
+mod config_extremes;
+mod records;
 
 use fixtures::prelude::*;
 use fixtures::snapshot::{BoardRows, Redactor};

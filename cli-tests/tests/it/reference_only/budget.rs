@@ -1,0 +1,127 @@
+//! The sweep's budgets at their boundaries (SPEC B1, B6): `decompose_max_attempts` sweeps bill a
+//! failing card exactly that many times (0 included: the card is parked the first time it is
+//! picked), `decompose_calls_per_hour: 0` lets no sweep pay at all, and in every case a
+//! person's `decompose ID` still makes exactly one attempt.
+
+use fixtures::prelude::*;
+use rstest::rstest;
+use serde_json::json;
+
+use super::shown_decompose_state;
+use crate::{decompose_all, decompose_card, Decomposition};
+
+fn transcript(runs: &[Decomposition]) -> String {
+    runs.iter()
+        .map(|run| run.output.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The verdicts on a person's decompose after the sweeps: one more request, one more attempt.
+fn judge_one_explicit_attempt(
+    board: &Board,
+    card: &str,
+    bills_before: usize,
+    attempts_before: i64,
+) {
+    let run = decompose_card(board, card);
+    bound(
+        "requests of a person's decompose after the sweeps",
+        board.aux().billed_for(card) - bills_before,
+    )
+    .exactly(1)
+    .context(|| run.output.to_string())
+    .gap(GapKind::NotOneRequest);
+    bound(
+        "attempts a person's decompose adds",
+        board.rows().attempts(card) - attempts_before,
+    )
+    .exactly(1)
+    .context(|| format!("{}\n{}", run.output, board.diag(card)))
+    .gap(GapKind::CallNotVisible);
+}
+
+#[rstest]
+#[case::budget_0(0)]
+#[case::budget_1(1)]
+#[case::budget_3(3)]
+fn sweeps_bill_a_failing_card_exactly_its_attempt_budget(#[case] budget: u32) {
+    let board = Board::new(Config::plain().max_attempts(budget).backoff(0.0));
+    let aux = board.aux();
+    let doomed = board.create("never splits", &["--triage"]);
+    aux.reply(&doomed, Reply::malformed());
+
+    // One sweep more than the budget: the last one must find the card parked.
+    let sweeps: Vec<Decomposition> = (0..=budget).map(|_| decompose_all(&board)).collect();
+
+    bound("sweep bills for a failing card", aux.billed_for(&doomed))
+        .exactly(budget)
+        .note(|| board.setting(Setting::MaxAttempts))
+        .context(|| transcript(&sweeps))
+        .gap(GapKind::RebilledEveryTick);
+    let mut findings = Findings::new();
+    findings
+        .equal(
+            "parked, as shown",
+            &shown_decompose_state(&board, &doomed)["parked"],
+            &json!(true),
+        )
+        .equal(
+            "attempts counted",
+            &board.rows().attempts(&doomed),
+            &i64::from(budget),
+        )
+        .equal(
+            "lines of the last sweep",
+            &sweeps.last().map_or(0, |sweep| sweep.lines.len()),
+            &0,
+        )
+        .equal("status", &board.rows().status(&doomed).as_str(), &"triage");
+    findings
+        .verdict("the spent budget parks the card")
+        .context(|| format!("{}\n{}", transcript(&sweeps), board.diag(&doomed)))
+        .gap(GapKind::RebilledEveryTick);
+    judge_one_explicit_attempt(
+        &board,
+        &doomed,
+        aux.billed_for(&doomed),
+        board.rows().attempts(&doomed),
+    );
+}
+
+#[rstest]
+fn no_sweep_pays_with_an_hourly_ceiling_of_zero(
+    #[with(Config::plain().calls_per_hour(0))] board: Board,
+) {
+    let aux = board.aux();
+    let cards: Vec<String> = (0..2)
+        .map(|i| board.create(&format!("idea {i} under a zero ceiling"), &["--triage"]))
+        .collect();
+
+    let sweep = decompose_all(&board);
+
+    bound("sweep bills under a ceiling of zero", aux.bills())
+        .at_most(0)
+        .note(|| board.setting(Setting::CallsPerHour))
+        .context(|| sweep.output.to_string())
+        .gap(GapKind::HourlyCeilingExceeded);
+    let mut findings = Findings::new();
+    findings
+        .equal("lines of the sweep", &sweep.lines.len(), &0)
+        .that(
+            sweep.output.stderr.contains("decompose_calls_per_hour"),
+            || "the sweep does not say the hourly ceiling stopped it".to_owned(),
+        );
+    for card in &cards {
+        findings.equal(
+            &format!("attempts counted on {card}"),
+            &board.rows().attempts(card),
+            &0,
+        );
+    }
+    findings
+        .verdict("the ceiling stops the sweep before anything is counted")
+        .context(|| sweep.output.to_string())
+        .gap(GapKind::HourlyCeilingExceeded);
+    judge_one_explicit_attempt(&board, &cards[0], 0, 0);
+}
