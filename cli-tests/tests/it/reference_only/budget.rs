@@ -51,8 +51,14 @@ fn sweeps_bill_a_failing_card_exactly_its_attempt_budget(#[case] budget: u32) {
     let doomed = board.create("never splits", &["--triage"]);
     aux.reply(&doomed, Reply::malformed());
 
-    // One sweep more than the budget: the last one must find the card parked.
-    let sweeps: Vec<Decomposition> = (0..=budget).map(|_| decompose_all(&board)).collect();
+    // As many sweeps as the budget: the failure that spends it parks the card. (A budget of 0
+    // is spent before the first attempt: the first sweep to pick the card parks it.)
+    let mut sweeps: Vec<Decomposition> =
+        (0..budget.max(1)).map(|_| decompose_all(&board)).collect();
+    let parked_when_spent = shown_decompose_state(&board, &doomed)["parked"].clone();
+    let parked_events = board.rows().events(&doomed, "decompose_parked").len();
+    // One sweep more: it must find the card parked and pay nothing.
+    sweeps.push(decompose_all(&board));
 
     bound("sweep bills for a failing card", aux.billed_for(&doomed))
         .exactly(budget)
@@ -62,17 +68,18 @@ fn sweeps_bill_a_failing_card_exactly_its_attempt_budget(#[case] budget: u32) {
     let mut findings = Findings::new();
     findings
         .equal(
-            "parked, as shown",
-            &shown_decompose_state(&board, &doomed)["parked"],
+            "parked, as shown once the budget is spent",
+            &parked_when_spent,
             &json!(true),
         )
+        .equal("decompose_parked events", &parked_events, &1)
         .equal(
             "attempts counted",
             &board.rows().attempts(&doomed),
             &i64::from(budget),
         )
         .equal(
-            "lines of the last sweep",
+            "lines of the sweep after the budget",
             &sweeps.last().map_or(0, |sweep| sweep.lines.len()),
             &0,
         )
