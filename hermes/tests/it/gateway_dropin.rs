@@ -1,14 +1,13 @@
 //! The gateway as a user coming from upstream hermes-agent meets it: JSON logs on request, one
 //! warning per misspelt key, upstream's decomposer settings, and upstream's dispatcher locks.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{single_task_reply, wait_until, FakeProvider, Scratch};
+use fixtures::aux_model::AuxModel;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
-use wiremock::ResponseTemplate;
+
+use crate::support::{self, fake_provider, single_task_reply, status_reply, wait_until, Scratch};
 
 #[test]
 fn gateway_run_json_writes_one_json_object_per_log_line() {
@@ -96,7 +95,7 @@ fn an_out_of_range_value_stops_the_gateway_at_start() {
 
 /// Upstream's default config, as `hermes setup` writes it, pointed at the fake provider: the
 /// decomposer section names a cheap model, the main model is the expensive one.
-fn upstream_style_config(provider: &FakeProvider, decomposer: &str) -> String {
+fn upstream_style_config(provider: &AuxModel, decomposer: &str) -> String {
     format!(
         "model:\n  provider: custom\n  base_url: {}\n  default: expensive-frontier-model\n\
          auxiliary:\n  transient_retries: 0\n  kanban_decomposer:\n{decomposer}\
@@ -107,7 +106,7 @@ fn upstream_style_config(provider: &FakeProvider, decomposer: &str) -> String {
 
 #[test]
 fn the_decomposer_model_is_what_decompose_calls_carry() {
-    let provider = FakeProvider::start(single_task_reply());
+    let provider = fake_provider(single_task_reply());
     let s = Scratch::new();
     s.write_config(&upstream_style_config(
         &provider,
@@ -119,7 +118,7 @@ fn the_decomposer_model_is_what_decompose_calls_carry() {
     let by_gateway = s.create("by the gateway", &["--triage"]);
     let gateway = s.gateway(&[], &[]);
     let billed = wait_until(Duration::from_secs(20), || {
-        (provider.bills_for(&by_gateway) > 0).then_some(())
+        (provider.billed_for(&by_gateway) > 0).then_some(())
     });
     let (code, log) = gateway.stop();
     assert!(
@@ -129,7 +128,7 @@ fn the_decomposer_model_is_what_decompose_calls_carry() {
     );
     assert_eq!(code, Some(0));
     let models: Vec<Value> = provider
-        .bodies()
+        .aux_requests()
         .iter()
         .map(|b| b["model"].clone())
         .collect();
@@ -138,7 +137,7 @@ fn the_decomposer_model_is_what_decompose_calls_carry() {
 
 #[test]
 fn the_decomposer_endpoint_key_extra_body_and_timeout_apply() {
-    let provider = FakeProvider::start(single_task_reply());
+    let provider = fake_provider(single_task_reply());
     let s = Scratch::new();
     s.write_config(&format!(
         "model:\n  base_url: http://127.0.0.1:9/v1\n  default: expensive-frontier-model\n\
@@ -150,16 +149,16 @@ fn the_decomposer_endpoint_key_extra_body_and_timeout_apply() {
     let id = s.create("card", &["--triage"]);
     let mut cmd = s.command(&["kanban", "decompose", &id, "--json"]);
     cmd.env("OPENAI_API_KEY", "sk-from-the-environment");
-    let out = common::run_command(cmd, common::CALL_TIMEOUT);
+    let out = support::run_command(cmd, support::CALL_TIMEOUT);
     assert!(out.success(), "{out:?}");
-    let requests = provider.requests();
+    let requests = provider.received();
     assert_eq!(requests.len(), 1);
     assert_eq!(
-        requests[0].headers.get("authorization").unwrap(),
+        requests[0].header("authorization").unwrap(),
         "Bearer sk-decomposer",
         "api_key overrides the environment"
     );
-    let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    let body: Value = requests[0].json().unwrap();
     assert_eq!(body["model"], "expensive-frontier-model");
     assert_eq!(body["provider"], serde_json::json!({"sort": "price"}));
     assert_eq!(
@@ -170,7 +169,7 @@ fn the_decomposer_endpoint_key_extra_body_and_timeout_apply() {
     assert!(body.get("tools").is_none());
 
     // `timeout: 0.5` bounds the request although auxiliary.timeout_seconds is 120 s.
-    provider.set_reply(single_task_reply().set_delay(Duration::from_secs(5)));
+    provider.reply_default(single_task_reply().delayed(Duration::from_secs(5)));
     let slow = s.create("slow", &["--triage"]);
     let out = s.run(&["kanban", "decompose", &slow, "--json"]);
     assert_eq!(out.code, Some(1), "{out:?}");
@@ -191,7 +190,7 @@ fn the_decomposer_endpoint_key_extra_body_and_timeout_apply() {
 
 #[test]
 fn a_decomposer_refused_by_the_config_bills_nothing() {
-    let provider = FakeProvider::start(single_task_reply());
+    let provider = fake_provider(single_task_reply());
     let s = Scratch::new();
     s.write_config(&upstream_style_config(
         &provider,
@@ -224,8 +223,7 @@ fn ints(s: &Scratch, sql: &str) -> Vec<i64> {
 
 #[test]
 fn two_gateways_with_different_lock_dirs_never_both_dispatch() {
-    let provider =
-        FakeProvider::start(ResponseTemplate::new(500).set_delay(Duration::from_millis(150)));
+    let provider = fake_provider(status_reply(500).delayed(Duration::from_millis(150)));
     let s = Scratch::new();
     s.write_config(&format!(
         "model:\n  base_url: {}\n  default: fake-model\n\
@@ -275,7 +273,7 @@ fn two_gateways_with_different_lock_dirs_never_both_dispatch() {
         )[0];
         assert_eq!(attempts, 3, "{card}");
         assert_eq!(
-            provider.bills_for(card),
+            provider.billed_for(card),
             3,
             "{card}: one bill per attempt, no more"
         );
@@ -295,10 +293,10 @@ fn two_gateways_with_different_lock_dirs_never_both_dispatch() {
     second.wait_for(Duration::from_secs(10), |l| {
         l.contains("dispatcher locks acquired")
     });
-    provider.set_reply(single_task_reply());
+    provider.reply_default(single_task_reply());
     let fresh = s.create("fresh", &["--triage"]);
     let billed = wait_until(Duration::from_secs(20), || {
-        (provider.bills_for(&fresh) == 1).then_some(())
+        (provider.billed_for(&fresh) == 1).then_some(())
     });
     let (code, log) = second.stop();
     assert!(billed.is_some(), "{}", log.join("\n"));

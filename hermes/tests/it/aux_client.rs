@@ -1,17 +1,16 @@
-//! `AuxClient` against a real HTTP server: wiremock for canned replies, and a raw TCP server for
-//! what wiremock cannot do (headers then a stall, a body that never ends).
+//! `AuxClient` against a real HTTP server: the suite's fake provider for canned replies, and a
+//! raw TCP server for what it cannot do (headers then a stall, a body that never ends).
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
+use fixtures::aux_model::{AuxModel, Reply};
 use hermes::aux_client::{
     AuxClient, AuxError, AuxSettings, ChatMessage, Completion, Usage, DEFAULT_MAX_BODY_BYTES,
 };
 use serde_json::{json, Value};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const TIMEOUT: Duration = Duration::from_millis(800);
 
@@ -50,31 +49,42 @@ fn delta_event(content: &str) -> String {
     format!("data: {chunk}\n\n")
 }
 
-async fn server_replying(template: ResponseTemplate) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(template)
-        .mount(&server)
-        .await;
-    server
+/// A fake provider answering every chat-completions call with `reply`.
+fn provider_replying(reply: Reply) -> AuxModel {
+    let provider = AuxModel::start();
+    provider.reply_default(reply);
+    provider
 }
 
-async fn send_to(server: &MockServer) -> Result<Completion, AuxError> {
-    send_with(settings(&format!("{}/v1", server.uri()))).await
+/// `value` as a JSON body with `status`.
+fn json_body(status: u16, value: &Value) -> Reply {
+    Reply::raw(status, "application/json", value.to_string())
 }
 
-async fn send_with(settings: AuxSettings) -> Result<Completion, AuxError> {
+/// An empty body with `status` (headers are added by the caller).
+fn status_only(status: u16) -> Reply {
+    Reply::raw(status, "text/plain", Vec::new())
+}
+
+fn send_to(provider: &AuxModel) -> Result<Completion, AuxError> {
+    send_with(settings(&provider.base_url()))
+}
+
+/// One request, made on a current-thread runtime of its own (the provider runs on another), so
+/// anything the client spawns runs on the test's thread, under its logging.
+fn send_with(settings: AuxSettings) -> Result<Completion, AuxError> {
     let client = AuxClient::new(settings)?;
-    client.send_once(&messages()).await
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the request");
+    runtime.block_on(client.send_once(&messages()))
 }
 
-#[tokio::test]
-async fn json_reply_gives_content_and_usage() {
-    let server =
-        server_replying(ResponseTemplate::new(200).set_body_json(chat_json("{\"fanout\": false}")))
-            .await;
-    let completion = send_to(&server).await;
+#[test]
+fn json_reply_gives_content_and_usage() {
+    let provider = provider_replying(json_body(200, &chat_json("{\"fanout\": false}")));
+    let completion = send_to(&provider);
     assert_eq!(
         completion,
         Ok(Completion {
@@ -89,19 +99,19 @@ async fn json_reply_gives_content_and_usage() {
     );
 }
 
-#[tokio::test]
-async fn json_reply_without_usage_is_still_ok() {
+#[test]
+fn json_reply_without_usage_is_still_ok() {
     let body = json!({"choices": [{"message": {"content": "hello"}}]});
-    let server = server_replying(ResponseTemplate::new(200).set_body_json(body)).await;
-    let completion = send_to(&server).await;
+    let provider = provider_replying(json_body(200, &body));
+    let completion = send_to(&provider);
     assert_eq!(
         completion.map(|c| (c.content, c.usage)),
         Ok(("hello".to_owned(), Usage::default()))
     );
 }
 
-#[tokio::test]
-async fn sse_reply_split_across_many_events_with_usage() {
+#[test]
+fn sse_reply_split_across_many_events_with_usage() {
     let text = "{\"fanout\": true, \"tasks\": [{\"title\": \"ünï ✓\"}]}";
     let mut body = String::from(": comment line\n\nevent: message\n");
     let chars: Vec<char> = text.chars().collect();
@@ -115,10 +125,9 @@ async fn sse_reply_split_across_many_events_with_usage() {
         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":9}}\n\n",
     );
     body.push_str("data: [DONE]\n\n");
-    let server =
-        server_replying(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")).await;
+    let provider = provider_replying(Reply::raw(200, "text/event-stream", body));
 
-    let completion = send_to(&server).await;
+    let completion = send_to(&provider);
     assert_eq!(
         completion,
         Ok(Completion {
@@ -133,98 +142,89 @@ async fn sse_reply_split_across_many_events_with_usage() {
     );
 }
 
-#[tokio::test]
-async fn sse_cut_before_done_is_malformed_not_a_fragment() {
+#[test]
+fn sse_cut_before_done_is_malformed_not_a_fragment() {
     let body = format!(
         "{}{}",
         delta_event("{\"fanout\": tr"),
         delta_event("ue, \"tasks\"")
     );
-    let server =
-        server_replying(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")).await;
+    let provider = provider_replying(Reply::raw(200, "text/event-stream", body));
     assert_eq!(
-        send_to(&server).await,
+        send_to(&provider),
         Err(AuxError::Malformed("stream ended before [DONE]".to_owned()))
     );
 }
 
-#[tokio::test]
-async fn sse_with_finish_reason_but_no_done_is_ok() {
+#[test]
+fn sse_with_finish_reason_but_no_done_is_ok() {
     let body = format!(
         "{}data: {{\"choices\":[{{\"delta\":{{\"content\":\"!\"}},\"finish_reason\":\"stop\"}}]}}\n\n",
         delta_event("done")
     );
-    let server =
-        server_replying(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")).await;
+    let provider = provider_replying(Reply::raw(200, "text/event-stream", body));
     assert_eq!(
-        send_to(&server).await.map(|c| c.content),
+        send_to(&provider).map(|c| c.content),
         Ok("done!".to_owned())
     );
 }
 
-#[tokio::test]
-async fn sse_sent_as_json_content_type_is_still_read() {
+#[test]
+fn sse_sent_as_json_content_type_is_still_read() {
     let body = format!("{}data: [DONE]\n\n", delta_event("streamed anyway"));
-    let server =
-        server_replying(ResponseTemplate::new(200).set_body_raw(body, "application/json")).await;
-    let completion = send_to(&server).await;
+    let provider = provider_replying(Reply::raw(200, "application/json", body));
+    let completion = send_to(&provider);
     assert_eq!(
         completion.map(|c| (c.content, c.streamed)),
         Ok(("streamed anyway".to_owned(), true))
     );
 }
 
-#[tokio::test]
-async fn sse_chunk_that_is_not_json_is_malformed() {
+#[test]
+fn sse_chunk_that_is_not_json_is_malformed() {
     let body = format!(
         "{}data: not json at all\n\ndata: [DONE]\n\n",
         delta_event("a")
     );
-    let server =
-        server_replying(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")).await;
-    let err = send_to(&server).await.err();
+    let provider = provider_replying(Reply::raw(200, "text/event-stream", body));
+    let err = send_to(&provider).err();
     assert!(
         matches!(&err, Some(AuxError::Malformed(reason)) if reason.starts_with("stream chunk is not JSON")),
         "{err:?}"
     );
 }
 
-#[tokio::test]
-async fn sse_error_object_is_malformed_with_the_provider_message() {
+#[test]
+fn sse_error_object_is_malformed_with_the_provider_message() {
     let body = "data: {\"error\":{\"message\":\"model overloaded\",\"code\":503}}\n\n";
-    let server =
-        server_replying(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")).await;
+    let provider = provider_replying(Reply::raw(200, "text/event-stream", body));
     assert_eq!(
-        send_to(&server).await,
+        send_to(&provider),
         Err(AuxError::Malformed(
             "provider error in stream: model overloaded".to_owned()
         ))
     );
 }
 
-#[tokio::test]
-async fn blank_content_is_an_empty_reply() {
-    let server =
-        server_replying(ResponseTemplate::new(200).set_body_json(chat_json(" \n\t "))).await;
+#[test]
+fn blank_content_is_an_empty_reply() {
+    let provider = provider_replying(json_body(200, &chat_json(" \n\t ")));
     assert_eq!(
-        send_to(&server).await,
+        send_to(&provider),
         Err(AuxError::Malformed("empty reply".to_owned()))
     );
 }
 
-#[tokio::test]
-async fn non_json_body_is_malformed() {
-    let server = server_replying(
-        ResponseTemplate::new(200).set_body_raw("Sorry, no JSON here", "text/plain"),
-    )
-    .await;
-    let err = send_to(&server).await.err();
+#[test]
+fn non_json_body_is_malformed() {
+    let provider = provider_replying(Reply::raw(200, "text/plain", "Sorry, no JSON here"));
+    let err = send_to(&provider).err();
     assert!(matches!(&err, Some(AuxError::Malformed(_))), "{err:?}");
     assert_eq!(err.map(|e| e.outcome()), Some("malformed"));
 }
 
-#[tokio::test]
-async fn each_status_class_maps_to_its_error() {
+#[test]
+fn each_status_class_maps_to_its_error() {
     let cases = [
         (401, AuxError::Auth { status: 401 }),
         (402, AuxError::Billing { status: 402 }),
@@ -247,11 +247,8 @@ async fn each_status_class_maps_to_its_error() {
         ),
     ];
     for (status, expected) in cases {
-        let server = server_replying(
-            ResponseTemplate::new(status).set_body_json(json!({"error": {"message": "nope"}})),
-        )
-        .await;
-        let err = send_to(&server).await.err();
+        let provider = provider_replying(json_body(status, &json!({"error": {"message": "nope"}})));
+        let err = send_to(&provider).err();
         assert_eq!(err.as_ref(), Some(&expected), "HTTP {status}");
         let transient = err.as_ref().is_some_and(AuxError::is_transient);
         assert_eq!(transient, status >= 500, "HTTP {status} transient");
@@ -259,27 +256,24 @@ async fn each_status_class_maps_to_its_error() {
     }
 }
 
-#[tokio::test]
-async fn rate_limit_reads_retry_after_seconds() {
-    let server =
-        server_replying(ResponseTemplate::new(429).insert_header("Retry-After", "30")).await;
+#[test]
+fn rate_limit_reads_retry_after_seconds() {
+    let provider = provider_replying(status_only(429).header("Retry-After", "30"));
     assert_eq!(
-        send_to(&server).await,
+        send_to(&provider),
         Err(AuxError::RateLimited {
             retry_after: Some(Duration::from_secs(30))
         })
     );
 }
 
-#[tokio::test]
-async fn rate_limit_reads_retry_after_http_date() {
+#[test]
+fn rate_limit_reads_retry_after_http_date() {
     let at = SystemTime::now() + Duration::from_secs(120);
-    let server = server_replying(
-        ResponseTemplate::new(429)
-            .insert_header("Retry-After", httpdate::fmt_http_date(at).as_str()),
-    )
-    .await;
-    let wait = match send_to(&server).await {
+    let provider = provider_replying(
+        status_only(429).header("Retry-After", httpdate::fmt_http_date(at).as_str()),
+    );
+    let wait = match send_to(&provider) {
         Err(AuxError::RateLimited {
             retry_after: Some(wait),
         }) => wait,
@@ -292,52 +286,37 @@ async fn rate_limit_reads_retry_after_http_date() {
     );
 }
 
-#[tokio::test]
-async fn rate_limit_with_past_date_waits_zero_and_junk_gives_none() {
+#[test]
+fn rate_limit_with_past_date_waits_zero_and_junk_gives_none() {
     let past = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(3600));
-    let server =
-        server_replying(ResponseTemplate::new(429).insert_header("Retry-After", past.as_str()))
-            .await;
+    let provider = provider_replying(status_only(429).header("Retry-After", past.as_str()));
     assert_eq!(
-        send_to(&server).await,
+        send_to(&provider),
         Err(AuxError::RateLimited {
             retry_after: Some(Duration::ZERO)
         })
     );
 
-    let server = server_replying(
-        ResponseTemplate::new(429).insert_header("Retry-After", "whenever you like"),
-    )
-    .await;
-    let err = send_to(&server).await;
+    let provider = provider_replying(status_only(429).header("Retry-After", "whenever you like"));
+    let err = send_to(&provider);
     assert_eq!(err, Err(AuxError::RateLimited { retry_after: None }));
     assert!(err.is_err_and(|e| !e.is_transient()));
 }
 
-#[tokio::test]
-async fn redirect_is_not_followed() {
-    let server = server_replying(
-        ResponseTemplate::new(307).insert_header("Location", "/v1/other/chat/completions"),
-    )
-    .await;
-    assert_eq!(
-        send_to(&server).await,
-        Err(AuxError::Client { status: 307 })
-    );
-    let requests = server.received_requests().await.unwrap_or_default();
-    assert_eq!(requests.len(), 1, "exactly one request per call");
+#[test]
+fn redirect_is_not_followed() {
+    let provider =
+        provider_replying(status_only(307).header("Location", "/v1/other/chat/completions"));
+    assert_eq!(send_to(&provider), Err(AuxError::Client { status: 307 }));
+    assert_eq!(provider.requests().len(), 1, "exactly one request per call");
 }
 
-#[tokio::test]
-async fn hang_past_the_timeout_ends_at_the_timeout() {
-    let server = server_replying(
-        ResponseTemplate::new(200)
-            .set_body_json(chat_json("late"))
-            .set_delay(Duration::from_secs(30)),
-    )
-    .await;
+#[test]
+fn hang_past_the_timeout_ends_at_the_timeout() {
+    let provider =
+        provider_replying(json_body(200, &chat_json("late")).delayed(Duration::from_secs(30)));
     let started = Instant::now();
-    let result = send_to(&server).await;
+    let result = send_to(&provider);
     let elapsed = started.elapsed();
     assert_eq!(result, Err(AuxError::Timeout { after: TIMEOUT }));
     assert!(elapsed >= TIMEOUT, "ended early: {elapsed:?}");
@@ -347,14 +326,14 @@ async fn hang_past_the_timeout_ends_at_the_timeout() {
     );
 }
 
-#[tokio::test]
-async fn headers_then_a_stalled_body_still_ends_at_the_timeout() {
+#[test]
+fn headers_then_a_stalled_body_still_ends_at_the_timeout() {
     let server = RawServer::start(
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
             .to_vec(),
     );
     let started = Instant::now();
-    let result = send_with(settings(&server.base_url)).await;
+    let result = send_with(settings(&server.base_url));
     let elapsed = started.elapsed();
     assert_eq!(result, Err(AuxError::Timeout { after: TIMEOUT }));
     assert!(
@@ -363,8 +342,8 @@ async fn headers_then_a_stalled_body_still_ends_at_the_timeout() {
     );
 }
 
-#[tokio::test]
-async fn done_then_an_open_connection_is_not_waited_on() {
+#[test]
+fn done_then_an_open_connection_is_not_waited_on() {
     let events = format!("{}data: [DONE]\n\n", delta_event("quick"));
     let mut response =
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -372,7 +351,7 @@ async fn done_then_an_open_connection_is_not_waited_on() {
     response.extend_from_slice(format!("{:x}\r\n{events}\r\n", events.len()).as_bytes());
     let server = RawServer::start(response);
     let started = Instant::now();
-    let result = send_with(settings(&server.base_url)).await;
+    let result = send_with(settings(&server.base_url));
     assert_eq!(result.map(|c| c.content), Ok("quick".to_owned()));
     assert!(
         started.elapsed() < TIMEOUT,
@@ -380,11 +359,10 @@ async fn done_then_an_open_connection_is_not_waited_on() {
     );
 }
 
-#[tokio::test]
-async fn a_503_reads_retry_after() {
-    let server =
-        server_replying(ResponseTemplate::new(503).insert_header("Retry-After", "2")).await;
-    let err = send_to(&server).await.err();
+#[test]
+fn a_503_reads_retry_after() {
+    let provider = provider_replying(status_only(503).header("Retry-After", "2"));
+    let err = send_to(&provider).err();
     assert_eq!(
         err,
         Some(AuxError::Server {
@@ -398,8 +376,8 @@ async fn a_503_reads_retry_after() {
     );
 }
 
-#[tokio::test]
-async fn error_status_then_a_stalled_body_is_still_the_status_error() {
+#[test]
+fn error_status_then_a_stalled_body_is_still_the_status_error() {
     // Debug logging on, so the error body is read (off the request's path) for the log.
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
@@ -410,7 +388,7 @@ async fn error_status_then_a_stalled_body_is_still_the_status_error() {
         b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100000\r\n\r\n{\"error\":".to_vec(),
     );
     let started = Instant::now();
-    let result = send_with(settings(&server.base_url)).await;
+    let result = send_with(settings(&server.base_url));
     assert_eq!(
         result,
         Err(AuxError::Server {
@@ -421,13 +399,10 @@ async fn error_status_then_a_stalled_body_is_still_the_status_error() {
     assert!(started.elapsed() < TIMEOUT, "waited on the error body");
 }
 
-#[tokio::test]
-async fn body_of_2_mib_is_too_large() {
-    let server = server_replying(
-        ResponseTemplate::new(200).set_body_json(chat_json(&"x".repeat(2 * 1024 * 1024))),
-    )
-    .await;
-    let err = send_to(&server).await.err();
+#[test]
+fn body_of_2_mib_is_too_large() {
+    let provider = provider_replying(json_body(200, &chat_json(&"x".repeat(2 * 1024 * 1024))));
+    let err = send_to(&provider).err();
     assert_eq!(
         err,
         Some(AuxError::TooLarge {
@@ -437,25 +412,24 @@ async fn body_of_2_mib_is_too_large() {
     assert_eq!(err.map(|e| e.outcome()), Some("too_large"));
 }
 
-#[tokio::test]
-async fn body_of_900_kib_is_accepted() {
+#[test]
+fn body_of_900_kib_is_accepted() {
     let content = "y".repeat(900 * 1024);
-    let server =
-        server_replying(ResponseTemplate::new(200).set_body_json(chat_json(&content))).await;
+    let provider = provider_replying(json_body(200, &chat_json(&content)));
     assert_eq!(
-        send_to(&server).await.map(|c| c.content.len()),
+        send_to(&provider).map(|c| c.content.len()),
         Ok(content.len())
     );
 }
 
-#[tokio::test]
-async fn endless_body_without_length_is_cut_off_at_the_limit() {
+#[test]
+fn endless_body_without_length_is_cut_off_at_the_limit() {
     for content_type in ["text/event-stream", "application/json"] {
-        endless_body_is_cut_off(content_type).await;
+        endless_body_is_cut_off(content_type);
     }
 }
 
-async fn endless_body_is_cut_off(content_type: &str) {
+fn endless_body_is_cut_off(content_type: &str) {
     let limit = 64 * 1024;
     let mut response = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -471,8 +445,7 @@ async fn endless_body_is_cut_off(content_type: &str) {
     let result = send_with(AuxSettings {
         max_body_bytes: limit,
         ..settings(&server.base_url)
-    })
-    .await;
+    });
     assert_eq!(result, Err(AuxError::TooLarge { limit }), "{content_type}");
     assert!(
         started.elapsed() < TIMEOUT,
@@ -480,44 +453,39 @@ async fn endless_body_is_cut_off(content_type: &str) {
     );
 }
 
-#[tokio::test]
-async fn connection_refused_is_unreachable_and_not_retried() {
+#[test]
+fn connection_refused_is_unreachable_and_not_retried() {
     let port = match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
         Ok(addr) => addr.port(),
         Err(err) => panic!("cannot reserve a port: {err}"),
     };
     // The listener is dropped above, so nothing accepts on this port.
-    let err = send_with(settings(&format!("http://127.0.0.1:{port}/v1")))
-        .await
-        .err();
+    let err = send_with(settings(&format!("http://127.0.0.1:{port}/v1"))).err();
     assert!(matches!(&err, Some(AuxError::Unreachable(_))), "{err:?}");
     assert!(err.as_ref().is_some_and(AuxError::is_undelivered));
     assert!(!err.as_ref().is_some_and(AuxError::is_transient));
     assert_eq!(err.map(|e| e.outcome()), Some("unreachable"));
 }
 
-#[tokio::test]
-async fn an_unknown_host_is_unreachable() {
+#[test]
+fn an_unknown_host_is_unreachable() {
     // `.invalid` never resolves (RFC 2606).
-    let err = send_with(settings("http://hermes-test.invalid/v1"))
-        .await
-        .err();
+    let err = send_with(settings("http://hermes-test.invalid/v1")).err();
     assert!(matches!(&err, Some(AuxError::Unreachable(_))), "{err:?}");
 }
 
-#[tokio::test]
-async fn a_tls_handshake_failure_is_unreachable() {
+#[test]
+fn a_tls_handshake_failure_is_unreachable() {
     // A plain-HTTP server spoken to over TLS: the handshake fails, nothing is delivered.
-    let server = server_replying(ResponseTemplate::new(200).set_body_json(chat_json("ok"))).await;
-    let base = server.uri().replace("http://", "https://");
-    let err = send_with(settings(&format!("{base}/v1"))).await.err();
+    let provider = provider_replying(json_body(200, &chat_json("ok")));
+    let base = provider.base_url().replace("http://", "https://");
+    let err = send_with(settings(&base)).err();
     assert!(matches!(&err, Some(AuxError::Unreachable(_))), "{err:?}");
-    let requests = server.received_requests().await.unwrap_or_default();
-    assert!(requests.is_empty(), "no request was delivered");
+    assert!(provider.requests().is_empty(), "no request was delivered");
 }
 
-#[tokio::test]
-async fn a_connection_cut_after_the_request_is_a_transport_error_that_may_be_billed() {
+#[test]
+fn a_connection_cut_after_the_request_is_a_transport_error_that_may_be_billed() {
     // Reads the request, then closes without a reply: the provider may have billed it.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -527,32 +495,24 @@ async fn a_connection_cut_after_the_request_is_a_transport_error_that_may_be_bil
             let _ = std::io::Read::read(&mut stream, &mut buf);
         }
     });
-    let err = send_with(settings(&format!("http://{addr}/v1")))
-        .await
-        .err();
+    let err = send_with(settings(&format!("http://{addr}/v1"))).err();
     assert!(matches!(&err, Some(AuxError::Transport(_))), "{err:?}");
     assert!(err.as_ref().is_some_and(AuxError::is_transient));
     assert!(!err.as_ref().is_some_and(AuxError::is_undelivered));
 }
 
-#[tokio::test]
-async fn request_body_and_headers_have_the_expected_shape() {
-    let server = server_replying(ResponseTemplate::new(200).set_body_json(chat_json("ok"))).await;
+#[test]
+fn request_body_and_headers_have_the_expected_shape() {
+    let provider = provider_replying(json_body(200, &chat_json("ok")));
     // Trailing slash on the base URL must not produce `//chat/completions`.
-    let result = send_with(settings(&format!("{}/v1/", server.uri()))).await;
+    let result = send_with(settings(&format!("{}/", provider.base_url())));
     assert!(result.is_ok(), "{result:?}");
 
-    let requests = server.received_requests().await.unwrap_or_default();
+    let requests = provider.received();
     assert_eq!(requests.len(), 1, "exactly one request per call");
     let request = &requests[0];
-    assert_eq!(request.url.path(), "/v1/chat/completions");
-    let header = |name: &str| {
-        request
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
+    assert_eq!(request.path, "/v1/chat/completions");
+    let header = |name: &str| request.header(name).map(str::to_owned);
     assert_eq!(
         header("authorization").as_deref(),
         Some("Bearer sk-test-key")
@@ -560,7 +520,7 @@ async fn request_body_and_headers_have_the_expected_shape() {
     assert!(header("user-agent").is_some_and(|ua| ua.starts_with("hermes/")));
     assert_eq!(header("content-type").as_deref(), Some("application/json"));
 
-    let body: Value = match serde_json::from_slice(&request.body) {
+    let body: Value = match request.json() {
         Ok(body) => body,
         Err(err) => panic!("request body is not JSON: {err}"),
     };
@@ -580,22 +540,19 @@ async fn request_body_and_headers_have_the_expected_shape() {
     assert!(body.get("tools").is_none());
 }
 
-#[tokio::test]
-async fn no_key_sends_no_authorization_header() {
-    let server = server_replying(ResponseTemplate::new(200).set_body_json(chat_json("ok"))).await;
+#[test]
+fn no_key_sends_no_authorization_header() {
+    let provider = provider_replying(json_body(200, &chat_json("ok")));
     for api_key in [None, Some("   ".to_owned())] {
         let result = send_with(AuxSettings {
             api_key,
-            ..settings(&format!("{}/v1", server.uri()))
-        })
-        .await;
+            ..settings(&provider.base_url())
+        });
         assert!(result.is_ok(), "{result:?}");
     }
-    let requests = server.received_requests().await.unwrap_or_default();
+    let requests = provider.received();
     assert_eq!(requests.len(), 2);
-    assert!(requests
-        .iter()
-        .all(|r| !r.headers.contains_key("authorization")));
+    assert!(requests.iter().all(|r| r.header("authorization").is_none()));
 }
 
 #[test]

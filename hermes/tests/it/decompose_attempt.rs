@@ -1,11 +1,12 @@
-//! `run_attempt` end to end against a fake provider (wiremock) and a scratch board: what one
+//! `run_attempt` end to end against the suite's fake provider and a scratch board: what one
 //! attempt pays for (B1, B9), how it fails (B3, B5, B8), when the card is due again (B2), and that
 //! a card which left triage during the call gets no rows (B4).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fixtures::aux_model::{AuxModel, Reply};
 use hermes::config::Config;
 use hermes::core::{Applied, AttemptOutcome, ProviderFault};
 use hermes::decompose::attempt::{backoff, run_attempt, AttemptContext, SHUTDOWN_ANSWER_WAIT};
@@ -13,22 +14,45 @@ use hermes::store::{now_ms, BeginRefusal, DecomposeState, NewTask, Origin, Statu
 use rstest::rstest;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, watch};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use tokio::sync::watch;
+
+use crate::support::{block_on, spawn, wait_until};
 
 const PROMPT_TOKENS: u64 = 120;
 const COMPLETION_TOKENS: u64 = 34;
 
-fn chat_reply(content: &str) -> ResponseTemplate {
-    ResponseTemplate::new(200).set_body_json(json!({
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
-                  "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}
-    }))
+/// How long a test waits for a request to reach the provider.
+const ARRIVAL: Duration = Duration::from_secs(10);
+
+/// Waits until `reached` says the request reached the provider; panics after [`ARRIVAL`].
+fn arrived(what: &str, mut reached: impl FnMut() -> bool) {
+    if wait_until(ARRIVAL, || reached().then_some(())).is_none() {
+        panic!("timed out after {ARRIVAL:?} waiting for {what}");
+    }
+}
+
+fn chat_reply(content: &str) -> Reply {
+    json_reply(
+        200,
+        &json!({
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                      "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}
+        }),
+    )
+}
+
+/// `value` as a JSON body with `status`.
+fn json_reply(status: u16, value: &Value) -> Reply {
+    Reply::raw(status, "application/json", value.to_string())
+}
+
+/// An empty reply with `status`.
+fn status_only(status: u16) -> Reply {
+    Reply::raw(status, "text/plain", Vec::new())
 }
 
 fn three_child_graph() -> String {
@@ -44,19 +68,16 @@ fn three_child_graph() -> String {
     .to_string()
 }
 
-/// A provider answering every chat-completions POST with `respond`.
-async fn provider(respond: impl Respond + 'static) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(respond)
-        .mount(&server)
-        .await;
+/// A provider answering every chat-completions POST with `reply`.
+fn provider(reply: Reply) -> AuxModel {
+    let server = AuxModel::start();
+    server.reply_default(reply);
     server
 }
 
-async fn requests(server: &MockServer) -> Vec<Request> {
-    server.received_requests().await.unwrap_or_default()
+/// The chat-completions requests the provider received.
+fn requests(server: &AuxModel) -> Vec<Value> {
+    server.aux_requests()
 }
 
 /// A scratch board with one triage card.
@@ -164,9 +185,9 @@ fn ledger_rows(db: &Path) -> Vec<LedgerRow> {
     rows.collect::<Result<_, _>>().unwrap()
 }
 
-fn config(server: &MockServer) -> Config {
+fn config(server: &AuxModel) -> Config {
     let mut config = Config::default();
-    config.model.base_url = Some(format!("{}/v1", server.uri()));
+    config.model.base_url = Some(server.base_url());
     config.model.default = Some("decomposer-test".into());
     config.auxiliary.transient_retries = 0;
     config.auxiliary.timeout = Duration::from_secs(10);
@@ -238,13 +259,13 @@ struct Refused {
     outcome: Seen,
 }
 
-async fn attempt(ctx: &AttemptContext, board: &Board, origin: Origin) -> Seen {
-    attempt_on(ctx, &board.card, origin).await
+fn attempt(ctx: &AttemptContext, board: &Board, origin: Origin) -> Seen {
+    attempt_on(ctx, &board.card, origin)
 }
 
-async fn refused(ctx: &AttemptContext, card: &str, origin: Origin) -> Refused {
+fn refused(ctx: &AttemptContext, card: &str, origin: Origin) -> Refused {
     let (_keep, shutdown) = running();
-    match run_attempt(ctx, card, origin, shutdown).await.unwrap() {
+    match block_on(run_attempt(ctx, card, origin, shutdown)).unwrap() {
         AttemptOutcome::Refused { refusal, task_id } => {
             let outcome = Seen::from(AttemptOutcome::Refused {
                 refusal: refusal.clone(),
@@ -256,13 +277,13 @@ async fn refused(ctx: &AttemptContext, card: &str, origin: Origin) -> Refused {
     }
 }
 
-#[tokio::test]
-async fn a_valid_graph_is_applied_after_one_request() {
-    let server = provider(chat_reply(&three_child_graph())).await;
+#[test]
+fn a_valid_graph_is_applied_after_one_request() {
+    let server = provider(chat_reply(&three_child_graph()));
     let board = Board::new("Add the audit log");
     let ctx = context(config(&server), &board);
 
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let outcome = attempt(&ctx, &board, Origin::Gateway);
     assert!(outcome.ok, "{outcome:?}");
     assert!(outcome.fanout);
     assert_eq!(
@@ -313,9 +334,9 @@ async fn a_valid_graph_is_applied_after_one_request() {
     );
 
     // The request itself: an aux call, not an agent turn, about this card.
-    let sent = requests(&server).await;
+    let sent = server.received();
     assert_eq!(sent.len(), 1);
-    let body: Value = serde_json::from_slice(&sent[0].body).unwrap();
+    let body: Value = sent[0].json().unwrap();
     assert!(body.get("tools").is_none(), "{body}");
     assert_eq!(body["model"], json!("decomposer-test"));
     let user = body["messages"][1]["content"].as_str().unwrap();
@@ -324,34 +345,28 @@ async fn a_valid_graph_is_applied_after_one_request() {
         "{user}"
     );
     assert!(user.contains("Add the audit log"), "{user}");
-    assert_eq!(
-        sent[0]
-            .headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok()),
-        Some("Bearer sk-test-key")
-    );
+    assert_eq!(sent[0].header("authorization"), Some("Bearer sk-test-key"));
 
     // B4: a decomposed card is never billed again.
-    let again = refused(&ctx, &board.card, Origin::Gateway).await;
+    let again = refused(&ctx, &board.card, Origin::Gateway);
     assert_eq!(
         again.refusal,
         BeginRefusal::NotInTriage {
             status: "todo".into()
         }
     );
-    assert_eq!(requests(&server).await.len(), 1);
+    assert_eq!(requests(&server).len(), 1);
 }
 
-#[tokio::test]
-async fn a_single_reply_specifies_the_card_in_place() {
+#[test]
+fn a_single_reply_specifies_the_card_in_place() {
     let reply = json!({"fanout": false, "rationale": "small", "title": "Rotate the API key",
                        "body": "Steps: revoke, issue, deploy", "assignee": "coder"});
-    let server = provider(chat_reply(&reply.to_string())).await;
+    let server = provider(chat_reply(&reply.to_string()));
     let board = Board::new("key thing");
     let ctx = context(config(&server), &board);
 
-    let outcome = attempt(&ctx, &board, Origin::Manual).await;
+    let outcome = attempt(&ctx, &board, Origin::Manual);
     assert!(outcome.ok && !outcome.fanout, "{outcome:?}");
     assert_eq!(outcome.new_title.as_deref(), Some("Rotate the API key"));
     let task = board.store().get(&board.card).unwrap();
@@ -364,12 +379,11 @@ async fn a_single_reply_specifies_the_card_in_place() {
     assert!(board.event_kinds().contains(&"specified".to_owned()));
 }
 
-#[tokio::test]
-async fn a_malformed_reply_fails_the_attempt_and_the_card_waits_out_the_backoff() {
+#[test]
+fn a_malformed_reply_fails_the_attempt_and_the_card_waits_out_the_backoff() {
     let server = provider(chat_reply(
         "Sure! Here is my plan: first design, then build.",
-    ))
-    .await;
+    ));
     let board = Board::new("vague");
     let cfg = config(&server);
     let backoff = backoff(&cfg).due_ms(0, 1);
@@ -377,7 +391,7 @@ async fn a_malformed_reply_fails_the_attempt_and_the_card_waits_out_the_backoff(
     let ctx = context(cfg, &board);
 
     let before = now_ms();
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let outcome = attempt(&ctx, &board, Origin::Gateway);
     let after = now_ms();
     assert!(!outcome.ok);
     assert!(
@@ -420,27 +434,26 @@ async fn a_malformed_reply_fails_the_attempt_and_the_card_waits_out_the_backoff(
     );
 
     // In backoff the automatic paths do not pay again.
-    let waiting = refused(&ctx, &board.card, Origin::Gateway).await;
+    let waiting = refused(&ctx, &board.card, Origin::Gateway);
     assert_eq!(waiting.refusal, BeginRefusal::InBackoff { until_ms: due });
     assert_eq!(waiting.outcome.requests, 0);
-    assert_eq!(requests(&server).await.len(), 1);
+    assert_eq!(requests(&server).len(), 1);
 }
 
 #[rstest]
 #[case::no_retries(0, 1)]
 #[case::two_retries(2, 3)]
-#[tokio::test]
-async fn server_errors_are_retried_inside_one_attempt(#[case] retries: u32, #[case] sent: u32) {
-    let server = provider(ResponseTemplate::new(500).set_body_string("upstream exploded")).await;
+fn server_errors_are_retried_inside_one_attempt(#[case] retries: u32, #[case] sent: u32) {
+    let server = provider(Reply::raw(500, "text/plain", "upstream exploded"));
     let board = Board::new("unlucky");
     let mut cfg = config(&server);
     cfg.auxiliary.transient_retries = retries;
     let ctx = context(cfg, &board);
 
-    let outcome = attempt(&ctx, &board, Origin::Sweep).await;
+    let outcome = attempt(&ctx, &board, Origin::Sweep);
     assert!(!outcome.ok);
     assert_eq!(outcome.requests, sent);
-    assert_eq!(requests(&server).await.len(), sent as usize);
+    assert_eq!(requests(&server).len(), sent as usize);
     assert!(outcome.reason.contains("HTTP 500"), "{}", outcome.reason);
     let rows = board.ledger();
     assert_eq!(rows.len(), sent as usize, "one ledger row per request");
@@ -465,23 +478,22 @@ async fn server_errors_are_retried_inside_one_attempt(#[case] retries: u32, #[ca
 #[case::billing(402, ProviderFault::Billing { status: 402 }, "billing")]
 #[case::bad_key(401, ProviderFault::Auth { status: 401 }, "auth")]
 #[case::forbidden(403, ProviderFault::Auth { status: 403 }, "auth")]
-#[tokio::test]
-async fn a_provider_refusal_costs_one_request_and_is_reported_as_provider_wide(
+fn a_provider_refusal_costs_one_request_and_is_reported_as_provider_wide(
     #[case] status: u16,
     #[case] fault: ProviderFault,
     #[case] label: &str,
 ) {
-    let server = provider(ResponseTemplate::new(status)).await;
+    let server = provider(status_only(status));
     let board = Board::new("cannot pay");
     let mut cfg = config(&server);
     cfg.auxiliary.transient_retries = 2;
     let ctx = context(cfg, &board);
 
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let outcome = attempt(&ctx, &board, Origin::Gateway);
     assert!(!outcome.ok);
     assert_eq!(outcome.provider_fault, Some(fault));
     assert_eq!(outcome.requests, 1, "a refusal is not retried");
-    assert_eq!(requests(&server).await.len(), 1);
+    assert_eq!(requests(&server).len(), 1);
     let rows = board.ledger();
     assert_eq!(rows.len(), 1);
     assert_eq!(
@@ -491,9 +503,9 @@ async fn a_provider_refusal_costs_one_request_and_is_reported_as_provider_wide(
     assert_eq!(board.payloads("decompose_failed").len(), 1);
 }
 
-#[tokio::test]
-async fn a_rate_limit_keeps_the_card_waiting_at_least_as_long_as_retry_after() {
-    let server = provider(ResponseTemplate::new(429).insert_header("Retry-After", "30")).await;
+#[test]
+fn a_rate_limit_keeps_the_card_waiting_at_least_as_long_as_retry_after() {
+    let server = provider(status_only(429).header("Retry-After", "30"));
     let board = Board::new("too fast");
     let mut cfg = config(&server);
     cfg.kanban.decompose_backoff = Duration::from_secs(1);
@@ -501,7 +513,7 @@ async fn a_rate_limit_keeps_the_card_waiting_at_least_as_long_as_retry_after() {
     let ctx = context(cfg, &board);
 
     let before = now_ms();
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let outcome = attempt(&ctx, &board, Origin::Gateway);
     assert_eq!(
         outcome.provider_fault,
         Some(ProviderFault::RateLimited {
@@ -522,9 +534,9 @@ async fn a_rate_limit_keeps_the_card_waiting_at_least_as_long_as_retry_after() {
     );
 }
 
-#[tokio::test]
-async fn the_third_failure_parks_the_card_and_nothing_more_is_paid() {
-    let server = provider(chat_reply("{\"fanout\": true, \"tasks\": []}")).await;
+#[test]
+fn the_third_failure_parks_the_card_and_nothing_more_is_paid() {
+    let server = provider(chat_reply("{\"fanout\": true, \"tasks\": []}"));
     let board = Board::new("poison");
     let mut cfg = config(&server);
     // Due again at once, so three automatic attempts run back to back.
@@ -532,7 +544,7 @@ async fn the_third_failure_parks_the_card_and_nothing_more_is_paid() {
     let ctx = context(cfg, &board);
 
     for attempt_no in 1..=3 {
-        let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+        let outcome = attempt(&ctx, &board, Origin::Gateway);
         assert!(!outcome.ok);
         assert_eq!(outcome.attempt, attempt_no);
         assert_eq!(outcome.parked, attempt_no == 3, "attempt {attempt_no}");
@@ -552,27 +564,26 @@ async fn the_third_failure_parks_the_card_and_nothing_more_is_paid() {
     );
 
     for origin in [Origin::Gateway, Origin::Sweep] {
-        let stop = refused(&ctx, &board.card, origin).await;
+        let stop = refused(&ctx, &board.card, origin);
         assert_eq!(stop.refusal, BeginRefusal::Parked { attempts: 3 });
         assert_eq!(stop.outcome.requests, 0);
     }
     assert_eq!(
-        requests(&server).await.len(),
+        requests(&server).len(),
         3,
         "B1: at most decompose_max_attempts paid"
     );
 
     // A person may still pay for one more; it is recorded, and the park is not announced again.
-    let manual = attempt(&ctx, &board, Origin::Manual).await;
+    let manual = attempt(&ctx, &board, Origin::Manual);
     assert_eq!((manual.attempt, manual.requests), (4, 1));
     assert_eq!(board.payloads("decompose_parked").len(), 1);
     assert_eq!(board.payloads("decompose_failed").len(), 4);
 }
 
-#[tokio::test]
-async fn a_hung_provider_ends_the_attempt_at_the_timeout() {
-    let server =
-        provider(chat_reply(&three_child_graph()).set_delay(Duration::from_secs(30))).await;
+#[test]
+fn a_hung_provider_ends_the_attempt_at_the_timeout() {
+    let server = provider(chat_reply(&three_child_graph()).delayed(Duration::from_secs(30)));
     let board = Board::new("slow");
     let mut cfg = config(&server);
     cfg.auxiliary.timeout = Duration::from_millis(300);
@@ -580,7 +591,7 @@ async fn a_hung_provider_ends_the_attempt_at_the_timeout() {
     let ctx = context(cfg, &board);
 
     let started = Instant::now();
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let outcome = attempt(&ctx, &board, Origin::Gateway);
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(300), "{took:?}");
     assert!(
@@ -600,22 +611,9 @@ async fn a_hung_provider_ends_the_attempt_at_the_timeout() {
     assert_eq!(board.count("tasks"), 1);
 }
 
-/// Replies after a long delay, and says when each request has arrived.
-struct Hang {
-    arrived: mpsc::UnboundedSender<()>,
-}
-
-impl Respond for Hang {
-    fn respond(&self, _request: &Request) -> ResponseTemplate {
-        let _ = self.arrived.send(());
-        chat_reply(&three_child_graph()).set_delay(Duration::from_secs(60))
-    }
-}
-
-#[tokio::test]
-async fn shutdown_aborts_the_request_in_flight_and_records_it() {
-    let (arrived, mut arrivals) = mpsc::unbounded_channel();
-    let server = provider(Hang { arrived }).await;
+#[test]
+fn shutdown_aborts_the_request_in_flight_and_records_it() {
+    let server = provider(chat_reply(&three_child_graph()).delayed(Duration::from_secs(60)));
     let board = Board::new("interrupted");
     let mut cfg = config(&server);
     cfg.auxiliary.timeout = Duration::from_secs(30);
@@ -623,11 +621,10 @@ async fn shutdown_aborts_the_request_in_flight_and_records_it() {
 
     let (stop, shutdown) = running();
     let card = board.card.clone();
-    let run =
-        tokio::spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
-    tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
-        .await
-        .expect("the request never reached the provider");
+    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
+    arrived("the request to reach the provider", || {
+        server.billed_for(&board.card) > 0
+    });
     // While the provider hangs, the row is there and still open.
     let open = board.ledger();
     assert_eq!(
@@ -639,8 +636,7 @@ async fn shutdown_aborts_the_request_in_flight_and_records_it() {
     stop.send(true).unwrap();
     let bound = SHUTDOWN_ANSWER_WAIT + Duration::from_secs(2);
     let outcome = Seen::from(
-        tokio::time::timeout(bound, run)
-            .await
+        block_on(async { tokio::time::timeout(bound, run).await })
             .expect("the attempt did not stop within its shutdown wait")
             .unwrap()
             .unwrap(),
@@ -671,20 +667,6 @@ async fn shutdown_aborts_the_request_in_flight_and_records_it() {
     assert_eq!(board.count("tasks"), 1, "no half-written graph");
 }
 
-/// Replies with `reply` after `after`, and says when each request has arrived.
-struct Slow {
-    arrived: mpsc::UnboundedSender<()>,
-    reply: ResponseTemplate,
-    after: Duration,
-}
-
-impl Respond for Slow {
-    fn respond(&self, _request: &Request) -> ResponseTemplate {
-        let _ = self.arrived.send(());
-        self.reply.clone().set_delay(self.after)
-    }
-}
-
 /// What landed while the gateway was shutting down.
 #[derive(Debug, Clone, Copy)]
 enum Landed {
@@ -697,19 +679,12 @@ enum Landed {
 #[rstest]
 #[case::refusal(Landed::Refusal)]
 #[case::graph(Landed::Graph)]
-#[tokio::test]
-async fn an_answer_that_lands_while_shutting_down_is_recorded(#[case] landed: Landed) {
-    let (arrived, mut arrivals) = mpsc::unbounded_channel();
+fn an_answer_that_lands_while_shutting_down_is_recorded(#[case] landed: Landed) {
     let reply = match landed {
-        Landed::Refusal => ResponseTemplate::new(402),
+        Landed::Refusal => status_only(402),
         Landed::Graph => chat_reply(&three_child_graph()),
     };
-    let server = provider(Slow {
-        arrived,
-        reply,
-        after: Duration::from_millis(800),
-    })
-    .await;
+    let server = provider(reply.delayed(Duration::from_millis(800)));
     let board = Board::new("answered late");
     let mut cfg = config(&server);
     cfg.kanban.provider_cooldown = Duration::from_secs(900);
@@ -717,15 +692,14 @@ async fn an_answer_that_lands_while_shutting_down_is_recorded(#[case] landed: La
 
     let (stop, shutdown) = running();
     let card = board.card.clone();
-    let run =
-        tokio::spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
-    tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
-        .await
-        .expect("the request never reached the provider");
+    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
+    arrived("the request to reach the provider", || {
+        server.billed_for(&board.card) > 0
+    });
     let before = now_ms();
     stop.send(true).unwrap();
-    let outcome = tokio::time::timeout(SHUTDOWN_ANSWER_WAIT + Duration::from_secs(2), run)
-        .await
+    let bound = SHUTDOWN_ANSWER_WAIT + Duration::from_secs(2);
+    let outcome = block_on(async { tokio::time::timeout(bound, run).await })
         .expect("the attempt did not end within its shutdown wait")
         .unwrap()
         .unwrap();
@@ -752,19 +726,19 @@ async fn an_answer_that_lands_while_shutting_down_is_recorded(#[case] landed: La
             assert_eq!(board.ledger()[0].outcome, "ok");
         }
     }
-    assert_eq!(requests(&server).await.len(), 1);
+    assert_eq!(requests(&server).len(), 1);
 }
 
-#[tokio::test]
-async fn the_hourly_ceiling_stops_a_retry_but_not_a_person() {
-    let server = provider(ResponseTemplate::new(503)).await;
+#[test]
+fn the_hourly_ceiling_stops_a_retry_but_not_a_person() {
+    let server = provider(status_only(503));
     let board = Board::new("ceiling");
     let mut cfg = config(&server);
     cfg.auxiliary.transient_retries = 2;
     cfg.kanban.decompose_calls_per_hour = 2;
     let ctx = context(cfg, &board);
 
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let outcome = attempt(&ctx, &board, Origin::Gateway);
     assert_eq!(
         outcome.requests, 2,
         "B6: the third try would be the hour's third paid call"
@@ -775,7 +749,7 @@ async fn the_hourly_ceiling_stops_a_retry_but_not_a_person() {
         outcome.reason
     );
     assert_eq!(board.ledger().len(), 2);
-    assert_eq!(requests(&server).await.len(), 2);
+    assert_eq!(requests(&server).len(), 2);
 
     // The hour is full: the next automatic attempt on another card is refused before it is
     // counted.
@@ -788,7 +762,7 @@ async fn the_hourly_ceiling_stops_a_retry_but_not_a_person() {
         })
         .unwrap()
         .id;
-    let stop = refused(&ctx, &second, Origin::Sweep).await;
+    let stop = refused(&ctx, &second, Origin::Sweep);
     assert_eq!(
         stop.refusal,
         BeginRefusal::CeilingReached { calls: 2, limit: 2 }
@@ -805,13 +779,17 @@ async fn the_hourly_ceiling_stops_a_retry_but_not_a_person() {
     assert_eq!(attempts_of_second(), 0);
 
     // A person's explicit attempt is not held to the automatic ceiling, retries included.
-    let manual = attempt_on(&ctx, &second, Origin::Manual).await;
+    let manual = attempt_on(&ctx, &second, Origin::Manual);
     assert_eq!(manual.requests, 3);
     assert_eq!(attempts_of_second(), 1);
-    assert_eq!(requests(&server).await.len(), 5);
+    assert_eq!(requests(&server).len(), 5);
 }
 
-async fn attempt_on(ctx: &AttemptContext, card: &str, origin: Origin) -> Seen {
+fn attempt_on(ctx: &AttemptContext, card: &str, origin: Origin) -> Seen {
+    block_on(attempt_on_async(ctx, card, origin))
+}
+
+async fn attempt_on_async(ctx: &AttemptContext, card: &str, origin: Origin) -> Seen {
     let (_keep, shutdown) = running();
     match run_attempt(ctx, card, origin, shutdown).await.unwrap() {
         AttemptOutcome::Refused { refusal, .. } => panic!("attempt refused: {refusal:?}"),
@@ -819,51 +797,50 @@ async fn attempt_on(ctx: &AttemptContext, card: &str, origin: Origin) -> Seen {
     }
 }
 
-/// Looks at the board at the moment the provider receives the request.
-struct Witness {
-    db: PathBuf,
-    card: String,
-    seen: Arc<Mutex<Vec<(u32, String)>>>,
+/// How long the provider holds each reply in the tests that look at the board while it does: long
+/// enough for the test thread to see the request arrive and act before the reply lands.
+const THINKING: Duration = Duration::from_secs(1);
+
+/// The card's attempt count and the newest ledger row's outcome, as another reader sees them.
+fn witnessed(board: &Board) -> (u32, String) {
+    let conn = read_only(&board.db);
+    let attempts: u32 = conn
+        .query_row(
+            "SELECT attempts FROM hermes_decompose_state WHERE task_id = ?1",
+            [&board.card],
+            |r| r.get(0),
+        )
+        .unwrap_or(0);
+    let outcome: String = conn
+        .query_row(
+            "SELECT outcome FROM hermes_aux_ledger ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap_or_default();
+    (attempts, outcome)
 }
 
-impl Respond for Witness {
-    fn respond(&self, _request: &Request) -> ResponseTemplate {
-        let conn = read_only(&self.db);
-        let attempts: u32 = conn
-            .query_row(
-                "SELECT attempts FROM hermes_decompose_state WHERE task_id = ?1",
-                [&self.card],
-                |r| r.get(0),
-            )
-            .unwrap_or(0);
-        let outcome: String = conn
-            .query_row(
-                "SELECT outcome FROM hermes_aux_ledger ORDER BY id DESC LIMIT 1",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap_or_default();
-        self.seen.lock().unwrap().push((attempts, outcome));
-        ResponseTemplate::new(500)
-    }
-}
-
-#[tokio::test]
-async fn the_attempt_and_its_ledger_row_are_written_before_the_request_leaves() {
+#[test]
+fn the_attempt_and_its_ledger_row_are_written_before_the_request_leaves() {
     let board = Board::new("witnessed");
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let server = provider(Witness {
-        db: board.db.clone(),
-        card: board.card.clone(),
-        seen: seen.clone(),
-    })
-    .await;
+    // Each try is held, so the board is looked at while the provider has the request.
+    let server = provider(status_only(500).delayed(THINKING));
     let mut cfg = config(&server);
     cfg.auxiliary.transient_retries = 1;
     let ctx = context(cfg, &board);
 
-    attempt(&ctx, &board, Origin::Gateway).await;
-    let seen = seen.lock().unwrap().clone();
+    let (_keep, shutdown) = running();
+    let card = board.card.clone();
+    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
+    let mut seen = Vec::new();
+    for tries in 1..=2 {
+        arrived("the try to reach the provider", || {
+            server.billed_for(&board.card) >= tries
+        });
+        seen.push(witnessed(&board));
+    }
+    block_on(run).unwrap().unwrap();
     assert_eq!(
         seen,
         vec![(1, "in_flight".to_owned()), (1, "in_flight".to_owned())],
@@ -871,39 +848,30 @@ async fn the_attempt_and_its_ledger_row_are_written_before_the_request_leaves() 
     );
 }
 
-/// Moves the card out of triage while the provider is "thinking", as a person might.
-struct MovesTheCard {
-    db: PathBuf,
-    card: String,
-    to: &'static str,
-}
-
-impl Respond for MovesTheCard {
-    fn respond(&self, _request: &Request) -> ResponseTemplate {
-        let conn = Connection::open(&self.db).unwrap();
-        conn.busy_timeout(Duration::from_secs(5)).unwrap();
-        conn.execute(
-            "UPDATE tasks SET status = ?2 WHERE id = ?1",
-            [&self.card, self.to],
-        )
-        .unwrap();
-        chat_reply(&three_child_graph())
-    }
-}
-
-#[tokio::test]
-async fn a_card_that_left_triage_during_the_call_gets_no_rows() {
+#[test]
+fn a_card_that_left_triage_during_the_call_gets_no_rows() {
     let board = Board::new("taken by hand");
-    let server = provider(MovesTheCard {
-        db: board.db.clone(),
-        card: board.card.clone(),
-        to: "running",
-    })
-    .await;
+    let server = provider(chat_reply(&three_child_graph()).delayed(THINKING));
     let ctx = context(config(&server), &board);
     let events_before = board.count("task_events");
 
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let (_keep, shutdown) = running();
+    let card = board.card.clone();
+    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
+    arrived("the request to reach the provider", || {
+        server.billed_for(&board.card) > 0
+    });
+    // The card leaves triage while the provider is "thinking", as a person might move it.
+    let conn = Connection::open(&board.db).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn.execute(
+        "UPDATE tasks SET status = ?2 WHERE id = ?1",
+        [board.card.as_str(), "running"],
+    )
+    .unwrap();
+    drop(conn);
+    let outcome = Seen::from(block_on(run).unwrap().unwrap());
+
     assert!(!outcome.ok, "{outcome:?}");
     assert!(outcome.reason.contains("left triage"), "{}", outcome.reason);
     assert_eq!(outcome.child_ids, None);
@@ -916,9 +884,9 @@ async fn a_card_that_left_triage_during_the_call_gets_no_rows() {
     assert_eq!(board.ledger()[0].outcome, "ok", "the call itself was paid");
 }
 
-#[tokio::test]
-async fn refused_attempts_send_nothing_and_count_nothing() {
-    let server = provider(chat_reply(&three_child_graph())).await;
+#[test]
+fn refused_attempts_send_nothing_and_count_nothing() {
+    let server = provider(chat_reply(&three_child_graph()));
     let board = Board::with(NewTask {
         title: "hands off".into(),
         triage: true,
@@ -927,63 +895,40 @@ async fn refused_attempts_send_nothing_and_count_nothing() {
     });
     let ctx = context(config(&server), &board);
 
-    let opted_out = refused(&ctx, &board.card, Origin::Gateway).await;
+    let opted_out = refused(&ctx, &board.card, Origin::Gateway);
     assert_eq!(opted_out.refusal, BeginRefusal::OptedOut);
     assert_eq!(
         (opted_out.outcome.requests, opted_out.outcome.attempt),
         (0, 0)
     );
     assert!(!opted_out.outcome.ok);
-    let unknown = refused(&ctx, "t_0badc0de", Origin::Manual).await;
+    let unknown = refused(&ctx, "t_0badc0de", Origin::Manual);
     assert_eq!(
         unknown.refusal,
         BeginRefusal::NoSuchTask("t_0badc0de".into())
     );
     assert_eq!(unknown.outcome.reason, "no such task: t_0badc0de");
-    assert!(requests(&server).await.is_empty());
+    assert!(requests(&server).is_empty());
     assert_eq!(board.state().attempts, 0);
     assert!(board.ledger().is_empty());
 
     // B7: an explicit attempt may still decompose an opted-out card.
-    let manual = attempt(&ctx, &board, Origin::Manual).await;
+    let manual = attempt(&ctx, &board, Origin::Manual);
     assert!(manual.ok, "{manual:?}");
     assert_eq!(manual.child_ids.map(|c| c.len()), Some(3));
 }
 
-/// Replies with `reply` and records when each request arrived.
-struct Timed {
-    at: Arc<Mutex<Vec<Instant>>>,
-    reply: ResponseTemplate,
-}
-
-impl Respond for Timed {
-    fn respond(&self, _request: &Request) -> ResponseTemplate {
-        self.at.lock().unwrap().push(Instant::now());
-        self.reply.clone()
-    }
-}
-
-fn gaps(at: &Mutex<Vec<Instant>>) -> Vec<Duration> {
-    let at = at.lock().unwrap();
-    at.windows(2).map(|w| w[1] - w[0]).collect()
-}
-
-#[tokio::test]
-async fn retries_wait_a_jittered_doubling_delay_and_each_keeps_its_row() {
-    let at = Arc::new(Mutex::new(Vec::new()));
-    let server = provider(Timed {
-        at: at.clone(),
-        reply: ResponseTemplate::new(500),
-    })
-    .await;
+#[test]
+fn retries_wait_a_jittered_doubling_delay_and_each_keeps_its_row() {
+    let server = provider(status_only(500));
     let board = Board::new("flaky");
     let mut cfg = config(&server);
     cfg.auxiliary.transient_retries = 2;
     let ctx = context(cfg, &board);
 
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let outcome = attempt(&ctx, &board, Origin::Gateway);
     assert_eq!(outcome.requests, 3);
-    let gaps = gaps(&at);
+    let gaps = server.gaps_between_bills(&board.card);
     assert_eq!(gaps.len(), 2);
     // Equal jitter: at least half of 0.5 s, then of 1 s; at most the whole (plus the call).
     assert!(
@@ -999,31 +944,26 @@ async fn retries_wait_a_jittered_doubling_delay_and_each_keeps_its_row() {
     assert_eq!(board.state().attempts, 1);
 }
 
-#[tokio::test]
-async fn a_503_retry_after_that_fits_the_attempt_is_honoured() {
-    let at = Arc::new(Mutex::new(Vec::new()));
-    let server = provider(Timed {
-        at: at.clone(),
-        reply: ResponseTemplate::new(503).insert_header("Retry-After", "2"),
-    })
-    .await;
+#[test]
+fn a_503_retry_after_that_fits_the_attempt_is_honoured() {
+    let server = provider(status_only(503).header("Retry-After", "2"));
     let board = Board::new("busy provider");
     let mut cfg = config(&server);
     cfg.auxiliary.transient_retries = 1;
     let ctx = context(cfg, &board);
 
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let outcome = attempt(&ctx, &board, Origin::Gateway);
     assert_eq!(outcome.requests, 2);
-    let gaps = gaps(&at);
+    let gaps = server.gaps_between_bills(&board.card);
     assert!(
         gaps[0] >= Duration::from_secs(2) && gaps[0] < Duration::from_secs(4),
         "waited {gaps:?} for Retry-After: 2"
     );
 }
 
-#[tokio::test]
-async fn a_retry_after_longer_than_the_attempt_allows_stops_the_retries() {
-    let server = provider(ResponseTemplate::new(503).insert_header("Retry-After", "3600")).await;
+#[test]
+fn a_retry_after_longer_than_the_attempt_allows_stops_the_retries() {
+    let server = provider(status_only(503).header("Retry-After", "3600"));
     let board = Board::new("busy for an hour");
     let mut cfg = config(&server);
     cfg.auxiliary.transient_retries = 2;
@@ -1031,7 +971,7 @@ async fn a_retry_after_longer_than_the_attempt_allows_stops_the_retries() {
     let ctx = context(cfg, &board);
 
     let started = Instant::now();
-    let outcome = attempt(&ctx, &board, Origin::Gateway).await;
+    let outcome = attempt(&ctx, &board, Origin::Gateway);
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "did not wait an hour"
@@ -1042,7 +982,7 @@ async fn a_retry_after_longer_than_the_attempt_allows_stops_the_retries() {
         "{}",
         outcome.reason
     );
-    assert_eq!(requests(&server).await.len(), 1);
+    assert_eq!(requests(&server).len(), 1);
     assert_eq!(board.payloads("decompose_failed").len(), 1);
 }
 
@@ -1054,8 +994,8 @@ fn refused_base_url() -> String {
     format!("http://127.0.0.1:{port}/v1")
 }
 
-#[tokio::test]
-async fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
+#[test]
+fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
     let board = Board::new("provider down");
     let mut cfg = Config::default();
     cfg.model.base_url = Some(refused_base_url());
@@ -1065,9 +1005,7 @@ async fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
     let ctx = context(cfg, &board);
 
     let (_keep, shutdown) = running();
-    let outcome = run_attempt(&ctx, &board.card, Origin::Gateway, shutdown)
-        .await
-        .unwrap();
+    let outcome = block_on(run_attempt(&ctx, &board.card, Origin::Gateway, shutdown)).unwrap();
     let pause = match &outcome {
         AttemptOutcome::NothingSent {
             unreachable: Some(pause),
@@ -1102,7 +1040,7 @@ async fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
         })
         .unwrap()
         .id;
-    let stop = refused(&ctx, &other, Origin::Sweep).await;
+    let stop = refused(&ctx, &other, Origin::Sweep);
     assert!(
         matches!(&stop.refusal, BeginRefusal::Paused { reason, .. } if reason.contains("unreachable")),
         "{:?}",
@@ -1110,26 +1048,8 @@ async fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
     );
 }
 
-/// Answers per card: `slow_card` gets `slow` after a delay, every other card `fast` at once.
-struct PerCard {
-    slow_card: String,
-    slow: ResponseTemplate,
-    fast: ResponseTemplate,
-}
-
-impl Respond for PerCard {
-    fn respond(&self, request: &Request) -> ResponseTemplate {
-        let body = String::from_utf8_lossy(&request.body);
-        if body.contains(&self.slow_card) {
-            self.slow.clone()
-        } else {
-            self.fast.clone()
-        }
-    }
-}
-
-#[tokio::test]
-async fn a_refusal_recorded_meanwhile_stops_another_attempts_retry() {
+#[test]
+fn a_refusal_recorded_meanwhile_stops_another_attempts_retry() {
     let board = Board::new("refused late");
     let flaky = board
         .store()
@@ -1140,21 +1060,22 @@ async fn a_refusal_recorded_meanwhile_stops_another_attempts_retry() {
         })
         .unwrap()
         .id;
-    let server = provider(PerCard {
-        slow_card: board.card.clone(),
-        slow: ResponseTemplate::new(402).set_delay(Duration::from_millis(100)),
-        fast: ResponseTemplate::new(500),
-    })
-    .await;
+    let server = provider(status_only(500));
+    server.reply(
+        &board.card,
+        status_only(402).delayed(Duration::from_millis(100)),
+    );
     let mut cfg = config(&server);
     cfg.auxiliary.transient_retries = 2;
     let ctx = context(cfg, &board);
 
     // Both requests leave together; the 402 lands while the other waits to retry its 500.
-    let (refusal, retried) = tokio::join!(
-        attempt(&ctx, &board, Origin::Gateway),
-        attempt_on(&ctx, &flaky, Origin::Gateway)
-    );
+    let (refusal, retried) = block_on(async {
+        tokio::join!(
+            attempt_on_async(&ctx, &board.card, Origin::Gateway),
+            attempt_on_async(&ctx, &flaky, Origin::Gateway)
+        )
+    });
     assert_eq!(
         refusal.provider_fault,
         Some(ProviderFault::Billing { status: 402 })
@@ -1167,25 +1088,19 @@ async fn a_refusal_recorded_meanwhile_stops_another_attempts_retry() {
         "{}",
         retried.reason
     );
-    assert_eq!(
-        requests(&server).await.len(),
-        2,
-        "no call after the refusal"
-    );
+    assert_eq!(requests(&server).len(), 2, "no call after the refusal");
 }
 
-#[tokio::test]
-async fn a_cooldown_of_1e16_seconds_pauses_for_good() {
-    let server = provider(ResponseTemplate::new(401)).await;
+#[test]
+fn a_cooldown_of_1e16_seconds_pauses_for_good() {
+    let server = provider(status_only(401));
     let board = Board::new("bad key");
     let mut cfg = config(&server);
     cfg.kanban.provider_cooldown = Duration::from_secs_f64(1e16);
     let ctx = context(cfg, &board);
 
     let (_keep, shutdown) = running();
-    let outcome = run_attempt(&ctx, &board.card, Origin::Gateway, shutdown)
-        .await
-        .unwrap();
+    let outcome = block_on(run_attempt(&ctx, &board.card, Origin::Gateway, shutdown)).unwrap();
     assert_eq!(outcome.fault().map(|f| f.until_ms), Some(i64::MAX));
     let pause = board.store().pause().unwrap();
     assert_eq!(pause.map(|p| p.until_ms), Some(i64::MAX));
@@ -1198,11 +1113,11 @@ async fn a_cooldown_of_1e16_seconds_pauses_for_good() {
         })
         .unwrap()
         .id;
-    let stop = refused(&ctx, &other, Origin::Gateway).await;
+    let stop = refused(&ctx, &other, Origin::Gateway);
     assert!(
         matches!(stop.refusal, BeginRefusal::Paused { .. }),
         "{:?}",
         stop.refusal
     );
-    assert_eq!(requests(&server).await.len(), 1);
+    assert_eq!(requests(&server).len(), 1);
 }

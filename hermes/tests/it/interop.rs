@@ -1,13 +1,11 @@
 //! A board is a file two implementations share: ours must read what upstream hermes-agent
 //! 0.19.0 wrote, and upstream must read what we write.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{copy_upstream_board, run_command, scrub, Out, Scratch};
+use crate::support::{copy_upstream_board, run_command, scrub, Out, Scratch};
 use serde_json::{json, Value};
 
 fn ids(list: &Value) -> Vec<String> {

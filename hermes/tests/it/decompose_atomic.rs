@@ -10,10 +10,10 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use fixtures::aux_model::{AuxModel, Reply};
 use hermes::config::Config;
 use hermes::core::{Applied, AttemptOutcome};
 use hermes::decompose::attempt::{run_attempt, AttemptContext};
@@ -25,8 +25,8 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
 use tokio::sync::watch;
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+use crate::support::block_on;
 
 const MAX_CHILDREN: usize = 6;
 const CASES: u32 = 64;
@@ -273,28 +273,6 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         })
 }
 
-/// Answers every request with whatever reply the current case put in `reply`.
-struct Scripted {
-    reply: Arc<Mutex<String>>,
-    hits: Arc<AtomicUsize>,
-}
-
-impl Respond for Scripted {
-    fn respond(&self, _request: &Request) -> ResponseTemplate {
-        self.hits.fetch_add(1, Ordering::SeqCst);
-        let content = self
-            .reply
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
-        ResponseTemplate::new(200).set_body_json(json!({
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}
-        }))
-    }
-}
-
 /// The rows an attempt could touch, as plain text for comparison.
 #[derive(Debug, Clone, PartialEq)]
 struct Snapshot {
@@ -343,9 +321,9 @@ fn ledger_rows(db: &Path) -> i64 {
         .unwrap()
 }
 
-fn config(server: &MockServer, max_attempts: u32) -> Config {
+fn config(server: &AuxModel, max_attempts: u32) -> Config {
     let mut config = Config::default();
-    config.model.base_url = Some(format!("{}/v1", server.uri()));
+    config.model.base_url = Some(server.base_url());
     config.model.default = Some("decomposer-test".into());
     config.auxiliary.transient_retries = 0;
     config.auxiliary.timeout = Duration::from_secs(10);
@@ -354,11 +332,7 @@ fn config(server: &MockServer, max_attempts: u32) -> Config {
     config
 }
 
-async fn run_case(
-    server: &MockServer,
-    hits: &AtomicUsize,
-    scenario: &Scenario,
-) -> Result<(), TestCaseError> {
+fn run_case(server: &AuxModel, scenario: &Scenario) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("kanban.db");
     let root = Store::open(&db)
@@ -379,21 +353,16 @@ async fn run_case(
         db.clone(),
     )
     .unwrap();
-    let hits_before = hits.load(Ordering::SeqCst);
+    let hits_before = server.bills();
     let (_running, shutdown) = watch::channel(false);
-    let outcome: AttemptOutcome = run_attempt(&ctx, &root, Origin::Gateway, shutdown)
-        .await
-        .unwrap();
+    let outcome: AttemptOutcome =
+        block_on(run_attempt(&ctx, &root, Origin::Gateway, shutdown)).unwrap();
     if let AttemptOutcome::Refused { refusal, .. } = &outcome {
         panic!("a fresh triage card was refused: {refusal:?}");
     }
     let after = snapshot(&db);
 
-    prop_assert_eq!(
-        hits.load(Ordering::SeqCst) - hits_before,
-        1,
-        "one request per attempt"
-    );
+    prop_assert_eq!(server.bills() - hits_before, 1, "one request per attempt");
     prop_assert_eq!(ledger_rows(&db), 1);
     prop_assert_eq!(
         &after.events[..before.events.len()],
@@ -490,25 +459,8 @@ async fn run_case(
 
 #[test]
 fn an_attempt_writes_the_whole_graph_or_nothing() {
-    // One runtime and one provider for every case; only the reply changes between cases.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let reply = Arc::new(Mutex::new(String::new()));
-    let hits = Arc::new(AtomicUsize::new(0));
-    let server = runtime.block_on(async {
-        let server = MockServer::start().await;
-        Mock::given(method("POST"))
-            .and(path("/v1/chat/completions"))
-            .respond_with(Scripted {
-                reply: reply.clone(),
-                hits: hits.clone(),
-            })
-            .mount(&server)
-            .await;
-        server
-    });
+    // One provider for every case; only the reply changes between cases.
+    let server = AuxModel::start();
 
     let mut runner = TestRunner::new(ProptestConfig {
         cases: CASES,
@@ -517,8 +469,8 @@ fn an_attempt_writes_the_whole_graph_or_nothing() {
         ..ProptestConfig::default()
     });
     let result = runner.run(&scenario(), |scenario| {
-        *reply.lock().unwrap_or_else(|p| p.into_inner()) = scenario.reply.clone();
-        runtime.block_on(run_case(&server, &hits, &scenario))
+        server.reply_default(Reply::text(scenario.reply.clone()));
+        run_case(&server, &scenario)
     });
     if let Err(failure) = result {
         panic!("{failure}");

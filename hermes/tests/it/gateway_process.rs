@@ -4,8 +4,6 @@
 //! its claims keep every other process (a person's `decompose ID`, a sweep, a second gateway)
 //! from paying for a card it has in flight.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -13,88 +11,29 @@ use std::process::{Child, ChildStderr, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Out, Scratch};
+use crate::support::{Out, Scratch};
+use fixtures::aux_model::{AuxModel, Reply};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 /// How long any wait for the gateway may take before the test fails.
 const WAIT: Duration = Duration::from_secs(20);
 
-/// A fake provider on its own runtime, recording which card each request was about.
-struct Provider {
-    runtime: tokio::runtime::Runtime,
-    server: MockServer,
-}
-
-/// Answers every request with a single-task spec after `delay`, or with `status`.
-struct Answer {
-    delay: Duration,
-    status: u16,
-}
-
-impl Respond for Answer {
-    fn respond(&self, _request: &Request) -> ResponseTemplate {
-        let reply = if self.status == 200 {
-            let content = json!({"fanout": false, "rationale": "small enough",
-                                 "title": "Specified", "body": "Done when it is done."});
-            ResponseTemplate::new(200).set_body_json(json!({
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content.to_string()}}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5}
-            }))
-        } else {
-            ResponseTemplate::new(self.status)
-        };
-        reply.set_delay(self.delay)
-    }
-}
-
-impl Provider {
-    fn start(delay: Duration, status: u16) -> Provider {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = runtime.block_on(async {
-            let server = MockServer::start().await;
-            Mock::given(method("POST"))
-                .and(path("/v1/chat/completions"))
-                .respond_with(Answer { delay, status })
-                .mount(&server)
-                .await;
-            server
-        });
-        Provider { runtime, server }
-    }
-
-    fn base_url(&self) -> String {
-        format!("{}/v1", self.server.uri())
-    }
-
-    /// Requests received per card id, in arrival order.
-    fn bills(&self) -> Vec<String> {
-        let requests = self
-            .runtime
-            .block_on(self.server.received_requests())
-            .unwrap_or_default();
-        requests
-            .iter()
-            .filter_map(|r| {
-                let body = String::from_utf8_lossy(&r.body);
-                let at = body.find("Task id: t_")?;
-                Some(body[at + 9..at + 19].to_owned())
-            })
-            .collect()
-    }
-
-    fn billed_for(&self, card: &str) -> usize {
-        self.bills().iter().filter(|c| *c == card).count()
-    }
+/// A fake provider answering every request with a single-task spec after `delay`, or with
+/// `status`.
+fn provider(delay: Duration, status: u16) -> AuxModel {
+    let reply = if status == 200 {
+        let content = json!({"fanout": false, "rationale": "small enough",
+                             "title": "Specified", "body": "Done when it is done."});
+        Reply::text(content.to_string())
+    } else {
+        Reply::raw(status, "text/plain", Vec::new())
+    };
+    let provider = AuxModel::start();
+    provider.reply_default(reply.delayed(delay));
+    provider
 }
 
 fn config(provider_url: &str, extra: &str) -> String {
@@ -247,7 +186,7 @@ fn usage(scratch: &Scratch) -> Value {
 
 #[test]
 fn a_closed_log_pipe_does_not_stop_the_gateway() {
-    let provider = Provider::start(Duration::ZERO, 200);
+    let provider = provider(Duration::ZERO, 200);
     let scratch = Scratch::new();
     scratch.write_config(&config(&provider.base_url(), ""));
     let mut cmd = scratch.command(&["gateway", "run"]);
@@ -301,7 +240,7 @@ fn limit_file_size(pid: u32, bytes: u64) {
 
 #[test]
 fn a_board_that_cannot_be_written_costs_nothing_and_is_reported_once_with_its_cause() {
-    let provider = Provider::start(Duration::ZERO, 200);
+    let provider = provider(Duration::ZERO, 200);
     let scratch = Scratch::new();
     scratch.write_config(&config(&provider.base_url(), ""));
     scratch.ok(&["kanban", "init"]);
@@ -373,7 +312,7 @@ fn a_board_that_cannot_be_written_costs_nothing_and_is_reported_once_with_its_ca
 
 #[test]
 fn a_board_file_deleted_or_replaced_under_the_gateway_is_reopened() {
-    let provider = Provider::start(Duration::ZERO, 200);
+    let provider = provider(Duration::ZERO, 200);
     let scratch = Scratch::new();
     scratch.write_config(&config(&provider.base_url(), ""));
     let first = scratch.create("on the first board", &["--triage"]);
@@ -439,7 +378,7 @@ fn a_board_file_deleted_or_replaced_under_the_gateway_is_reopened() {
 
 #[test]
 fn a_request_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start() {
-    let provider = Provider::start(Duration::from_secs(60), 200);
+    let provider = provider(Duration::from_secs(60), 200);
     let scratch = Scratch::new();
     // One attempt per card: the killed one was its last (B1 must hold after the restart).
     scratch.write_config(&config(
@@ -486,7 +425,7 @@ fn decompose(scratch: &Scratch, card: &str) -> Out {
 
 #[test]
 fn a_card_the_gateway_has_in_flight_is_paid_for_by_nobody_else() {
-    let provider = Provider::start(Duration::from_secs(4), 200);
+    let provider = provider(Duration::from_secs(4), 200);
     let scratch = Scratch::new();
     // Backoff 0: the provisional due time no longer protects the card; only the claim does.
     scratch.write_config(&config(
@@ -538,7 +477,7 @@ fn a_card_the_gateway_has_in_flight_is_paid_for_by_nobody_else() {
 
 #[test]
 fn two_gateways_on_one_board_bill_each_card_once() {
-    let provider = Provider::start(Duration::from_millis(700), 200);
+    let provider = provider(Duration::from_millis(700), 200);
     let scratch = Scratch::new();
     scratch.write_config(&config(
         &provider.base_url(),
@@ -553,14 +492,21 @@ fn two_gateways_on_one_board_bill_each_card_once() {
     wait_until(
         "every card decomposed",
         || cards.iter().all(|c| status(&scratch.db(), c) != "triage"),
-        || format!("{:?}\n{}\n---\n{}", provider.bills(), one.log(), two.log()),
+        || {
+            format!(
+                "{:?}\n{}\n---\n{}",
+                provider.billed_ids(),
+                one.log(),
+                two.log()
+            )
+        },
     );
     for card in &cards {
         assert_eq!(
             provider.billed_for(card),
             1,
             "{card}: {:?}",
-            provider.bills()
+            provider.billed_ids()
         );
     }
     assert_eq!(one.stop(), Some(0));
@@ -576,7 +522,7 @@ fn pause_until(scratch: &Scratch) -> Option<f64> {
 fn a_refusal_after_the_probe_window_costs_at_most_the_calls_already_in_flight() {
     // Every answer is a 402 that takes longer than the gateway's 2 s probe window, so the
     // gateway has fanned out (up to its per-tick slots) before the first refusal lands.
-    let provider = Provider::start(Duration::from_millis(2_500), 402);
+    let provider = provider(Duration::from_millis(2_500), 402);
     let scratch = Scratch::new();
     scratch.write_config(&format!(
         "model:\n  base_url: {}\n  default: decomposer-test\n\
@@ -609,12 +555,12 @@ fn a_refusal_after_the_probe_window_costs_at_most_the_calls_already_in_flight() 
         || gateway.log(),
     );
     std::thread::sleep(Duration::from_millis(500));
-    let bills = provider.bills().len();
+    let bills = provider.bills();
     assert!(
         (1..=3).contains(&bills),
         "a late refusal costs at most the calls already in flight (auto_decompose_per_tick: 3), \
          not one per card: {bills} bills: {:?}",
-        provider.bills()
+        provider.billed_ids()
     );
     assert_eq!(
         pause_until(&scratch),
@@ -632,7 +578,7 @@ fn a_refusal_after_the_probe_window_costs_at_most_the_calls_already_in_flight() 
 
 #[test]
 fn a_sweep_first_closes_requests_a_dead_process_left_in_flight() {
-    let provider = Provider::start(Duration::ZERO, 200);
+    let provider = provider(Duration::ZERO, 200);
     let scratch = Scratch::new();
     scratch.write_config(&config(&provider.base_url(), ""));
     let card = scratch.create("left in flight", &["--triage"]);

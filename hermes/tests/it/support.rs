@@ -1,14 +1,15 @@
-//! Shared plumbing for the binary's integration tests: a scratch home with a clean
-//! environment, and a runner that captures output and never waits forever.
-
-#![allow(dead_code)] // each test binary uses its own subset
+//! Shared plumbing: a scratch home with a clean environment, a runner that captures output and
+//! never waits forever, a gateway guard, the runtime the async library runs on, and the suite's
+//! fake provider with the replies these tests need.
 
 use std::ffi::OsStr;
+use std::future::Future;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fixtures::aux_model::{AuxModel, Reply};
 use serde_json::Value;
 
 /// How long any single CLI call may take before the test gives up on it.
@@ -208,99 +209,40 @@ pub fn copy_upstream_board(dest_dir: &Path) {
     }
 }
 
-/// An OpenAI-compatible fake provider for process-level tests: a wiremock server on its own
-/// runtime (so synchronous tests can run the CLI and the gateway while it answers), replying
-/// with whatever the test currently sets.
-pub struct FakeProvider {
-    runtime: tokio::runtime::Runtime,
-    pub server: wiremock::MockServer,
-    reply: std::sync::Arc<std::sync::Mutex<wiremock::ResponseTemplate>>,
-}
-
-impl FakeProvider {
-    pub fn start(reply: wiremock::ResponseTemplate) -> FakeProvider {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime for the fake provider");
-        let server = runtime.block_on(wiremock::MockServer::start());
-        let reply = std::sync::Arc::new(std::sync::Mutex::new(reply));
-        let current = reply.clone();
-        runtime.block_on(
-            wiremock::Mock::given(wiremock::matchers::method("POST"))
-                .and(wiremock::matchers::path("/v1/chat/completions"))
-                .respond_with(move |_: &wiremock::Request| {
-                    current.lock().expect("the reply lock").clone()
-                })
-                .mount(&server),
-        );
-        FakeProvider {
-            runtime,
-            server,
-            reply,
-        }
-    }
-
-    /// `http://127.0.0.1:PORT/v1`.
-    pub fn base_url(&self) -> String {
-        format!("{}/v1", self.server.uri())
-    }
-
-    /// What later requests get.
-    pub fn set_reply(&self, reply: wiremock::ResponseTemplate) {
-        *self.reply.lock().expect("the reply lock") = reply;
-    }
-
-    /// Every request received, in arrival order.
-    pub fn requests(&self) -> Vec<wiremock::Request> {
-        self.runtime
-            .block_on(self.server.received_requests())
-            .unwrap_or_default()
-    }
-
-    /// Every request's JSON body, in arrival order.
-    pub fn bodies(&self) -> Vec<Value> {
-        self.requests()
-            .iter()
-            .map(|r| serde_json::from_slice(&r.body).expect("a JSON request body"))
-            .collect()
-    }
-
-    /// How many requests named card `id` (the user message starts with `Task id: <id>`).
-    pub fn bills_for(&self, id: &str) -> usize {
-        let marker = format!("Task id: {id}");
-        self.bodies()
-            .iter()
-            .filter(|b| {
-                b["messages"].as_array().is_some_and(|m| {
-                    m.iter().any(|msg| {
-                        msg["content"]
-                            .as_str()
-                            .is_some_and(|c| c.starts_with(&marker))
-                    })
-                })
-            })
-            .count()
-    }
+/// The suite's fake provider, answering every chat-completions call with `reply` until told
+/// otherwise ([`AuxModel::reply_default`], or per card with [`AuxModel::reply`]).
+pub fn fake_provider(reply: Reply) -> AuxModel {
+    let provider = AuxModel::start();
+    provider.reply_default(reply);
+    provider
 }
 
 /// A chat-completions reply whose content is `content`.
-pub fn chat_reply(content: &str) -> wiremock::ResponseTemplate {
-    wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 120, "completion_tokens": 30},
-    }))
+pub fn chat_reply(content: &str) -> Reply {
+    Reply::raw(
+        200,
+        "application/json",
+        serde_json::json!({
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 30},
+        })
+        .to_string(),
+    )
 }
 
 /// A reply that specifies the card as a single task.
-pub fn single_task_reply() -> wiremock::ResponseTemplate {
+pub fn single_task_reply() -> Reply {
     chat_reply(
         r#"{"fanout": false, "rationale": "small", "title": "done", "body": "b", "assignee": "default"}"#,
     )
+}
+
+/// An empty reply with HTTP `status`.
+pub fn status_reply(status: u16) -> Reply {
+    Reply::raw(status, "text/plain", Vec::new())
 }
 
 /// A running `hermes gateway run`, its stderr collected line by line. Stopped with SIGTERM by
@@ -406,4 +348,30 @@ pub fn wait_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) ->
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+thread_local! {
+    /// The runtime the test's async calls run on: one per test thread, multi-threaded, so a task
+    /// spawned on it goes on while the test thread reads the board or the provider's record.
+    /// (Connections a client pools belong to the runtime that opened them, so one test keeps
+    /// one runtime.) The fake provider runs on a runtime of its own.
+    static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the test");
+}
+
+/// Runs `future` to completion on the test's runtime.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    RUNTIME.with(|runtime| runtime.block_on(future))
+}
+
+/// Starts `future` on the test's runtime and returns at once.
+pub fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    RUNTIME.with(|runtime| runtime.spawn(future))
 }

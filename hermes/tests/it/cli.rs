@@ -1,11 +1,9 @@
 //! The `hermes` binary end to end: the board verbs, their JSON shapes, and every kind of bad
 //! input answered with a clear message and the right exit code (never a panic).
 
-mod common;
-
 use std::time::Duration;
 
-use common::{run_command, Scratch};
+use crate::support::{self, run_command, Scratch};
 use rusqlite::Connection;
 use serde_json::Value;
 
@@ -516,8 +514,8 @@ fn no_home_at_all_is_a_clear_error() {
     let s = Scratch::new();
     let mut cmd = s.command(&["kanban", "list"]);
     cmd.env_remove("HOME").env_remove("HERMES_HOME");
-    let out = run_command(cmd, common::CALL_TIMEOUT);
-    common::assert_no_panic(&out);
+    let out = run_command(cmd, support::CALL_TIMEOUT);
+    support::assert_no_panic(&out);
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(
         out.stderr.contains("neither HERMES_HOME nor HOME is set"),
@@ -530,7 +528,7 @@ fn hermes_home_defaults_to_dot_hermes_under_home() {
     let s = Scratch::new();
     let mut cmd = s.command(&["kanban", "init"]);
     cmd.env_remove("HERMES_HOME");
-    let out = run_command(cmd, common::CALL_TIMEOUT);
+    let out = run_command(cmd, support::CALL_TIMEOUT);
     assert!(out.success(), "{out:?}");
     assert!(s.home().join(".hermes/kanban.db").is_file());
 }

@@ -1,14 +1,13 @@
 //! The operator's verbs end to end, through the real binary against a real fake provider and a
 //! real board: `unpark`, `resume`, `auto-decompose ID on|off` and `usage --calls`.
 
-mod common;
-
-use common::{chat_reply, single_task_reply, FakeProvider, Scratch};
+use fixtures::aux_model::AuxModel;
 use serde_json::Value;
-use wiremock::ResponseTemplate;
+
+use crate::support::{chat_reply, fake_provider, single_task_reply, status_reply, Scratch};
 
 /// A board whose automatic paths bill at most one attempt per card, with no backoff.
-fn board(provider: &FakeProvider, extra: &str) -> Scratch {
+fn board(provider: &AuxModel, extra: &str) -> Scratch {
     let s = Scratch::new();
     s.write_config(&format!(
         "model:\n  base_url: {}\n  default: fake-model\n\
@@ -39,12 +38,12 @@ fn sweep(s: &Scratch) {
 
 #[test]
 fn unpark_gives_a_parked_card_one_more_budget_and_nothing_else() {
-    let provider = FakeProvider::start(ResponseTemplate::new(500));
+    let provider = fake_provider(status_reply(500));
     let s = board(&provider, "");
     let id = s.create("poison", &["--triage"]);
     sweep(&s);
     sweep(&s);
-    assert_eq!(provider.bills_for(&id), 1, "parked after its one attempt");
+    assert_eq!(provider.billed_for(&id), 1, "parked after its one attempt");
     assert_eq!(decompose_state(&s, &id)["parked"], true);
 
     let out = s.run(&["kanban", "unpark", &id, "--by", "ops", "--json"]);
@@ -60,24 +59,24 @@ fn unpark_gives_a_parked_card_one_more_budget_and_nothing_else() {
     assert_eq!(event_kinds(&s, &id).last().unwrap(), "decompose_unparked");
 
     // Exactly one more automatic attempt, then parked again.
-    provider.set_reply(ResponseTemplate::new(500));
+    provider.reply_default(status_reply(500));
     sweep(&s);
     sweep(&s);
-    assert_eq!(provider.bills_for(&id), 2);
+    assert_eq!(provider.billed_for(&id), 2);
     assert_eq!(decompose_state(&s, &id)["parked"], true);
 
     // After a fresh budget a working provider decomposes it.
     s.ok(&["kanban", "unpark", &id]);
-    provider.set_reply(single_task_reply());
+    provider.reply_default(single_task_reply());
     sweep(&s);
-    assert_eq!(provider.bills_for(&id), 3);
+    assert_eq!(provider.billed_for(&id), 3);
     let shown = s.json(&["kanban", "show", &id, "--json"]);
     assert_eq!(shown["task"]["status"], "ready");
 }
 
 #[test]
 fn unpark_refuses_with_exit_1_and_writes_nothing() {
-    let provider = FakeProvider::start(ResponseTemplate::new(500));
+    let provider = fake_provider(status_reply(500));
     let s = board(&provider, "");
     let fresh = s.create("fresh", &["--triage"]);
     let ready = s.create("ready", &[]);
@@ -108,7 +107,7 @@ fn unpark_refuses_with_exit_1_and_writes_nothing() {
 
 #[test]
 fn resume_lifts_the_pause_and_usage_shows_who_did() {
-    let provider = FakeProvider::start(ResponseTemplate::new(401));
+    let provider = fake_provider(status_reply(401));
     let s = board(&provider, "  provider_cooldown_seconds: 900\n");
     let first = s.create("first", &["--triage"]);
     let second = s.create("second", &["--triage"]);
@@ -126,7 +125,7 @@ fn resume_lifts_the_pause_and_usage_shows_who_did() {
 
     sweep(&s);
     sweep(&s);
-    let paid = provider.bills_for(&first) + provider.bills_for(&second);
+    let paid = provider.billed_for(&first) + provider.billed_for(&second);
     assert_eq!(paid, 1, "a 401 pauses the board after one call");
     let usage = s.json(&["kanban", "usage", "--json"]);
     assert!(
@@ -152,9 +151,12 @@ fn resume_lifts_the_pause_and_usage_shows_who_did() {
     assert!(!text.contains("PAUSED"), "{text}");
 
     // The sweep probes again: one more call, for the card the refusal did not spend.
-    provider.set_reply(single_task_reply());
+    provider.reply_default(single_task_reply());
     sweep(&s);
-    assert_eq!(provider.bills_for(&first) + provider.bills_for(&second), 2);
+    assert_eq!(
+        provider.billed_for(&first) + provider.billed_for(&second),
+        2
+    );
     let statuses: Vec<Value> = [&first, &second]
         .iter()
         .map(|id| s.json(&["kanban", "show", id, "--json"])["task"]["status"].clone())
@@ -166,7 +168,7 @@ fn resume_lifts_the_pause_and_usage_shows_who_did() {
 
 #[test]
 fn auto_decompose_can_be_switched_off_and_on_after_creation() {
-    let provider = FakeProvider::start(single_task_reply());
+    let provider = fake_provider(single_task_reply());
     let s = board(&provider, "");
     let id = s.create("later", &["--triage"]);
 
@@ -177,7 +179,7 @@ fn auto_decompose_can_be_switched_off_and_on_after_creation() {
     assert_eq!(decompose_state(&s, &id)["opt_out"], true);
     sweep(&s);
     assert_eq!(
-        provider.bills_for(&id),
+        provider.billed_for(&id),
         0,
         "an opted-out card is never billed automatically"
     );
@@ -198,15 +200,15 @@ fn auto_decompose_can_be_switched_off_and_on_after_creation() {
         ]
     );
     sweep(&s);
-    assert_eq!(provider.bills_for(&id), 1);
+    assert_eq!(provider.billed_for(&id), 1);
 
     // The same switch for a card created with --no-auto-decompose.
     let held = s.create("held", &["--triage", "--no-auto-decompose"]);
     sweep(&s);
-    assert_eq!(provider.bills_for(&held), 0);
+    assert_eq!(provider.billed_for(&held), 0);
     s.ok(&["kanban", "auto-decompose", &held, "enable"]);
     sweep(&s);
-    assert_eq!(provider.bills_for(&held), 1);
+    assert_eq!(provider.billed_for(&held), 1);
 
     let out = s.run(&["kanban", "auto-decompose", "t_00000000", "on"]);
     assert_eq!(out.code, Some(1), "{out:?}");
@@ -219,11 +221,11 @@ fn auto_decompose_can_be_switched_off_and_on_after_creation() {
 
 #[test]
 fn usage_calls_lists_every_paid_call() {
-    let provider = FakeProvider::start(ResponseTemplate::new(500));
+    let provider = fake_provider(status_reply(500));
     let s = board(&provider, "");
     let bad = s.create("bad", &["--triage"]);
     sweep(&s);
-    provider.set_reply(chat_reply(
+    provider.reply_default(chat_reply(
         r#"{"fanout": false, "rationale": "r", "title": "t", "body": "b", "assignee": "default"}"#,
     ));
     let good = s.create("good", &["--triage"]);

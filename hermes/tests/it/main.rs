@@ -1,0 +1,37 @@
+//! The reference's own integration tests, in one test binary: the library's HTTP client, one
+//! decompose attempt and the reply parser against a fake provider, and the `hermes` binary as a
+//! real process (CLI verbs, the gateway, the board file shared with upstream).
+//!
+//! The fake provider is the conformance suite's own (`fixtures::aux_model::AuxModel`): one
+//! wiremock server per test with per-card replies, recorded requests and arrival times. It runs
+//! on its own runtime, so the tests here are plain `#[test]`s that drive the async library
+//! through [`support::runtime`], and read the provider's record between those calls.
+//!
+//! | module | concern |
+//! |---|---|
+//! | `support` | scratch homes, the CLI runner, the runtime, provider helpers |
+//! | `aux_client` | `AuxClient`: JSON and SSE replies, status mapping, timeouts, body cap, unreachable hosts |
+//! | `decompose_reply` | `parse_reply`: every rejection, accepted shapes, a property test |
+//! | `decompose_attempt` | `run_attempt` end to end: what one attempt pays for and records |
+//! | `decompose_atomic` | the whole graph or nothing, as a property over corrupted replies |
+//! | `dispatch_lock` | the gateway's singleton lock as another process sees it |
+//! | `cli` | the `hermes` binary's board verbs and bad input |
+//! | `gateway_process` | the gateway as a real process when the world misbehaves around it |
+//! | `gateway_dropin` | the gateway as a user coming from upstream meets it: logs, warnings, decomposer settings, locks |
+//! | `recovery` | the operator's verbs: `unpark`, `resume`, `auto-decompose ID on\|off`, `usage --calls` |
+//! | `store_open` | what closing a board leaves on disk (the WAL) |
+//! | `interop` | a board written by upstream 0.19.0 and read back by it |
+
+mod support;
+
+mod aux_client;
+mod cli;
+mod decompose_atomic;
+mod decompose_attempt;
+mod decompose_reply;
+mod dispatch_lock;
+mod gateway_dropin;
+mod gateway_process;
+mod interop;
+mod recovery;
+mod store_open;
