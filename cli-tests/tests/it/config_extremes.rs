@@ -1,22 +1,18 @@
-//! Absurd numbers in `config.yaml` (SPEC §2): every CLI verb answers without a crash, a verb
-//! that refuses the config names the key and sends nothing, and one that accepts it still pays
-//! for at most the one request a decompose makes.
+//! Absurd numbers in `config.yaml` (SPEC §2): a key's value far outside any sensible range is a
+//! clear error naming the key, at start, with exit 1 — so a `decompose` under such a config
+//! pays for nothing — and no verb ever answers one with a crash.
 //!
-//! Values far outside any sensible range, some of which the reference already refuses (a
-//! duration of 1e300 s, a negative one, NaN) and some it still reads (4 000 000 000 retries).
-//! Once every key has a documented range, all of them are refusals naming the key; this test
-//! holds either way.
+//! Each value gets a card of its own and both decompose verbs; the verdicts count, over every
+//! value, the runs that crashed, the runs that did not refuse naming the key, and the requests
+//! made. The one documented exception is a retry count past its range, which means the most
+//! retries there are (as upstream reads it): a config written for upstream keeps working.
 
 use fixtures::config::key;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-/// What one verb did under the absurd config.
-struct Run {
-    output: CliOutput,
-    /// Requests the fake provider received while it ran.
-    requests: usize,
-}
+/// A setting and the config that sets it to an absurd value.
+pub type Absurd = (Setting, Config);
 
 /// Crash markers: a panic or a traceback is never an answer to a bad config.
 const CRASHES: [&str; 3] = [
@@ -31,104 +27,110 @@ fn crashed(output: &CliOutput) -> bool {
         || CRASHES.iter().any(|crash| output.stderr.contains(crash))
 }
 
-/// Runs the CLI verbs a person uses on a board whose config sets `setting` to an absurd value
-/// (`config`), and judges them: no crash, no request from a verb that refused the config, a
-/// refusal that names the key, and at most one request in all (the one triage card, decomposed
-/// by `decompose ID` before the sweep looks for it).
-pub fn judge_absurd_config(setting: Setting, config: Config) {
+/// Runs `kanban show`, `kanban decompose ID` and `kanban decompose --all` on a board whose config
+/// sets each setting of `absurd` to its absurd value in turn, and judges them all: no crash, every
+/// decompose refused with exit 1 and a message naming the key, and no request at all.
+pub fn judge_absurd_configs(absurd: Vec<Absurd>) {
     let board = Board::new(Config::plain());
     let aux = board.aux();
-    let card = board.create("a card on a misconfigured board", &["--triage"]);
-    aux.reply(&card, Reply::graph(2, &[]));
-    board.reconfigure(config);
-    let key_name = Config::key_for(board.target(), setting).unwrap_or(key(setting).words);
-    let leaf = key_name.rsplit('.').next().unwrap_or(key_name);
-
-    let verbs: [&[&str]; 3] = [
-        &["kanban", "show", card.as_str(), "--json"],
-        &["kanban", "decompose", card.as_str(), "--json"],
-        &["kanban", "decompose", "--all", "--json"],
-    ];
-    let runs: Vec<Run> = verbs
-        .iter()
-        .map(|args| {
-            let before = aux.bills();
-            let output = board.cli_unchecked(args.iter().copied());
-            Run {
-                requests: aux.bills().saturating_sub(before),
-                output,
+    let mut runs: Vec<(String, CliOutput)> = Vec::new();
+    let mut unrefused: Vec<String> = Vec::new();
+    for (setting, config) in absurd {
+        let card = board.create("a card on a misconfigured board", &["--triage"]);
+        aux.reply(&card, Reply::graph(2, &[]));
+        board.reconfigure(config);
+        let named = Config::key_for(board.target(), setting).unwrap_or(key(setting).words);
+        let value = board.setting(setting);
+        let show = board.cli_unchecked(["kanban", "show", card.as_str(), "--json"]);
+        runs.push((value.clone(), show));
+        for args in [
+            vec!["kanban", "decompose", card.as_str(), "--json"],
+            vec!["kanban", "decompose", "--all", "--json"],
+        ] {
+            let output = board.cli_unchecked(args);
+            if crashed(&output) || output.code != Some(1) || !output.stderr.contains(named) {
+                unrefused.push(format!(
+                    "{value}: `{}` exited {} without naming {named}",
+                    output.command,
+                    output.code_text()
+                ));
             }
-        })
-        .collect();
+            runs.push((value.clone(), output));
+        }
+        board.reconfigure(Config::plain());
+    }
 
     let transcript = || {
         runs.iter()
-            .map(|run| run.output.to_string())
+            .map(|(value, output)| format!("[{value}]\n{output}"))
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let value = || board.setting(setting);
-    let crashes: Vec<&str> = runs
+    let crashes: Vec<String> = runs
         .iter()
-        .filter(|run| crashed(&run.output))
-        .map(|run| run.output.command.as_str())
+        .filter(|(_, output)| crashed(output))
+        .map(|(value, output)| format!("{value}: `{}`", output.command))
         .collect();
     bound("verbs that crashed on an absurd config", crashes.len())
         .at_most(0)
-        .note(value)
         .note(|| crashes.join("; "))
         .context(transcript)
         .gap(GapKind::UnclearRefusal);
-    let refused: Vec<&Run> = runs
-        .iter()
-        .filter(|run| !crashed(&run.output) && run.output.code != Some(0))
-        // A decompose that ran and failed is not a refusal of the config: it printed its line.
-        .filter(|run| !printed_a_line(&run.output))
-        .collect();
     bound(
-        "requests by verbs that refused the config",
-        refused.iter().map(|run| run.requests).sum::<usize>(),
+        "decompose runs that did not refuse an absurd config naming its key",
+        unrefused.len(),
     )
     .at_most(0)
-    .note(value)
+    .note(|| unrefused.join("; "))
     .context(transcript)
-    .gap(GapKind::BilledForNothing);
-    let unnamed: Vec<&str> = refused
-        .iter()
-        .filter(|run| !run.output.stderr.contains(leaf))
-        .map(|run| run.output.command.as_str())
-        .collect();
-    bound("refusals that do not name the key", unnamed.len())
+    .gap(GapKind::UnclearRefusal);
+    bound("requests under absurd configs", aux.bills())
         .at_most(0)
-        .note(|| format!("{}; none of {} says {leaf:?}", value(), unnamed.join("; ")))
+        .note(|| format!("billed cards {:?}", aux.billed_ids()))
         .context(transcript)
-        .gap(GapKind::UnclearRefusal);
-    bound("requests under an absurd config", aux.bills())
-        .at_most(1)
-        .note(value)
-        .context(transcript)
-        .gap(GapKind::NotOneRequest);
-}
-
-/// Whether the run printed a `--json` line (a decompose that ran and failed did; a verb that
-/// refused the config prints nothing on stdout).
-fn printed_a_line(output: &CliOutput) -> bool {
-    output
-        .stdout
-        .lines()
-        .any(|line| serde_json::from_str::<serde_json::Value>(line).is_ok())
+        .gap(GapKind::BilledForNothing);
 }
 
 #[rstest]
-#[case::per_tick_4e9(Setting::PerTick, Config::plain().per_tick(4_000_000_000))]
-#[case::retries_4e9(Setting::Retries, Config::plain().retries(4_000_000_000))]
-#[case::call_timeout_1e300(Setting::CallTimeout, Config::plain().call_timeout(1e300))]
-#[case::call_timeout_negative(Setting::CallTimeout, Config::plain().call_timeout(-5.0))]
-#[case::call_timeout_nan(Setting::CallTimeout, Config::plain().call_timeout(f64::NAN))]
-#[case::tick_1e_minus_300(Setting::Tick, Config::plain().tick(1e-300))]
-fn absurd_numbers_in_config_are_refused_or_harmless(
-    #[case] setting: Setting,
-    #[case] config: Config,
+fn absurd_numbers_in_config_are_refused_naming_the_key() {
+    judge_absurd_configs(vec![
+        (Setting::PerTick, Config::plain().per_tick(4_000_000_000)),
+        (Setting::CallTimeout, Config::plain().call_timeout(1e300)),
+        (Setting::CallTimeout, Config::plain().call_timeout(-5.0)),
+        (Setting::CallTimeout, Config::plain().call_timeout(f64::NAN)),
+        (Setting::Tick, Config::plain().tick(1e-300)),
+    ]);
+}
+
+#[rstest]
+fn an_absurd_retry_count_is_read_as_the_most_there_are(
+    #[with(Config::plain().retries(4_000_000_000))] board: Board,
 ) {
-    judge_absurd_config(setting, config);
+    let aux = board.aux();
+    let card = board.create("a card under a greedy retry count", &["--triage"]);
+    aux.reply(&card, Reply::graph(2, &[]));
+
+    let run = board.cli_unchecked(["kanban", "decompose", card.as_str(), "--json"]);
+
+    holds(
+        "a decompose under an absurd retry count answers without a crash",
+        !crashed(&run),
+    )
+    .note(|| board.setting(Setting::Retries))
+    .context(|| run.to_string())
+    .gap(GapKind::UnclearRefusal);
+    bound(
+        "requests of a decompose answered at once",
+        aux.billed_for(&card),
+    )
+    .exactly(1)
+    .note(|| board.setting(Setting::Retries))
+    .context(|| run.to_string())
+    .gap(GapKind::NotOneRequest);
+    holds(
+        "the decompose is applied",
+        board.rows().children_of(&card).len() == 2,
+    )
+    .context(|| format!("{run}\n{}", board.diag(&card)))
+    .gap(GapKind::ReplyNotApplied);
 }
