@@ -220,6 +220,8 @@ fn hourly_ceiling_holds_across_a_restart(
     gateway.restart();
     window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
     let after_restart = aux.bills();
+    // Worded now: the verdicts below are about the ceiling in force before it was raised.
+    let ceiling = board.setting(Setting::CallsPerHour);
     board.reconfigure(Config::gateway().calls_per_hour(100));
     let mut raised = Window::start();
     raised.left_triage(
@@ -238,7 +240,7 @@ fn hourly_ceiling_holds_across_a_restart(
     bound("paid calls in the hour across a restart", after_restart)
         .exactly(HOURLY_CEILING)
         .over(&window)
-        .note(|| board.setting(Setting::CallsPerHour))
+        .note(|| ceiling.clone())
         .gap(GapKind::HourlyCeilingExceeded);
     let per_card: Vec<usize> = cards.iter().map(|card| aux.billed_for(card)).collect();
     bound(
@@ -358,6 +360,8 @@ fn the_hourly_ceiling_counts_the_calls_of_the_last_hour_and_no_older_ones(
         )
         .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
     let bills = aux.bills();
+    // Worded now: the verdicts below are about the ceiling in force before it was raised.
+    let ceiling = board.setting(Setting::CallsPerHour);
     board.reconfigure(Config::gateway().calls_per_hour(100));
     let mut raised = Window::start();
     raised.left_triage(
@@ -375,7 +379,7 @@ fn the_hourly_ceiling_counts_the_calls_of_the_last_hour_and_no_older_ones(
     )
     .exactly(room)
     .over(&window)
-    .note(|| board.setting(Setting::CallsPerHour))
+    .note(|| ceiling.clone())
     .gap(GapKind::HourlyCeilingExceeded);
     let decomposed = cards
         .iter()
