@@ -89,6 +89,12 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     #[with(Config::gateway().backoff(NO_BACKOFF))] board: Board,
 ) {
     let aux = board.aux();
+    let mut window = Window::start();
+    let first = start_gateway(&board);
+    // The first gateway dispatches before the second starts, so the second is the one a target
+    // may refuse; the cards come once both are up.
+    window.prove_ticks(&board, &first, 1);
+    let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
     let cards: Vec<String> = (0..SHARED_CARDS)
         .map(|i| {
             let card = board.create(&format!("shared idea {i}"), &["--triage"]);
@@ -96,10 +102,6 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
             card
         })
         .collect();
-
-    let mut window = Window::start();
-    let first = start_gateway(&board);
-    let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
     window.left_triage(
         &board,
         &first,
@@ -109,6 +111,7 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     );
     let bills: Vec<usize> = cards.iter().map(|card| aux.billed_for(card)).collect();
     let second_exit = second.exit();
+    let second_log = second.log();
     drop(second);
     drop(first);
 
@@ -124,5 +127,6 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
             second_exit.map_or_else(|| "ran".to_owned(), |exit| format!("ended ({exit})"))
         )
     })
+    .context(|| format!("second gateway's log:\n{second_log}"))
     .gap(GapKind::InFlightRebilled);
 }
