@@ -8,9 +8,9 @@ use fixtures::prelude::*;
 use rstest::rstest;
 
 use crate::support::{
-    blocked_probe_timeout, judge_no_graph, judge_rebill, settle_budget, start_gateway,
+    blocked_probe_timeout, no_graph_findings, rebill_note, settle_budget, start_gateway,
 };
-use crate::{MAX_CHILDREN, PROBE_TICKS, SHORT_BACKOFF};
+use crate::{MAX_CHILDREN, MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// A target rightly pauses every card after a 401/402/403 (or for a 429's `Retry-After`); a short
 /// cooldown lets the tick probes through afterwards, so this file can count one card's bills
@@ -79,15 +79,16 @@ fn failing_triage_card_is_not_rebilled_every_tick(
     let bills = aux.billed_for(&doomed);
     drop(gateway);
 
-    judge_rebill(
-        &board,
-        "bills for doomed card",
-        &doomed,
-        bills,
-        &window,
-        settings,
-    );
-    judge_no_graph(&board, &doomed);
+    bound("bills for doomed card", bills)
+        .at_most(MAX_FAILED_ATTEMPTS)
+        .over(&window)
+        .note(|| rebill_note(&board, &doomed, settings))
+        .context(|| board.diag(&doomed))
+        .gap(GapKind::RebilledEveryTick);
+    no_graph_findings(&board, &doomed)
+        .verdict("failed decomposition wrote no rows")
+        .context(|| board.diag(&doomed))
+        .gap(GapKind::FailureWroteRows);
 }
 
 #[rstest]
@@ -136,12 +137,10 @@ fn rejected_fanout_writes_no_rows_and_is_not_rebilled_every_tick(
         .verdict("rejected fan-out wrote no rows")
         .context(|| board.diag(&root))
         .gap(applied_as);
-    judge_rebill(
-        &board,
-        "bills for rejected fan-out",
-        &root,
-        bills,
-        &window,
-        &[Setting::Backoff],
-    );
+    bound("bills for rejected fan-out", bills)
+        .at_most(MAX_FAILED_ATTEMPTS)
+        .over(&window)
+        .note(|| rebill_note(&board, &root, &[Setting::Backoff]))
+        .context(|| board.diag(&root))
+        .gap(GapKind::RebilledEveryTick);
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{blocked_probe_timeout, judge_no_graph, start_gateway, STOP_GRACE};
+use crate::support::{blocked_probe_timeout, no_graph_findings, start_gateway, STOP_GRACE};
 use crate::PROBE_TICKS;
 
 /// Longer than the test: the provider never answers the hung card (dropping the provider ends
@@ -70,5 +70,8 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown(
         )
     })
     .gap(GapKind::SlowShutdown);
-    judge_no_graph(&board, &hung);
+    no_graph_findings(&board, &hung)
+        .verdict("failed decomposition wrote no rows")
+        .context(|| board.diag(&hung))
+        .gap(GapKind::FailureWroteRows);
 }

@@ -8,17 +8,24 @@
 //! One file per concern; `support` holds the plumbing the tests share. Tests of features only the
 //! reference has live in `reference_only`, which the `external` nextest profile leaves out.
 
+mod budget;
+mod claims;
+mod config_extremes;
 mod fairness;
 mod faults;
 mod hang;
 mod holds;
 mod kill_switch;
+mod limits;
 mod provider_wide;
 mod reference_only;
+mod refusals;
 mod restarts;
 mod seed;
 mod singleton;
 mod support;
+mod timing;
+mod world;
 
 /// K: dispatcher ticks proven to have run while a card that cannot be decomposed sits in triage.
 pub const PROBE_TICKS: usize = 6;

@@ -1,6 +1,6 @@
-//! A refusal that concerns the whole provider account (402, a 429 with `Retry-After`) costs one
-//! call, not one per waiting card: the gateway pauses every card while it lasts, and resumes when
-//! it ends.
+//! A refusal that concerns the whole provider account (401, 402, 403, a 429 with `Retry-After`)
+//! costs one call, not one per waiting card: the gateway pauses every card while it lasts, and
+//! resumes when it ends.
 
 use std::time::Duration;
 
@@ -16,8 +16,12 @@ const WAITING_CARDS: usize = 4;
 /// How the provider refuses, and which gap kind a target that keeps calling it shows.
 #[derive(Debug, Clone, Copy)]
 enum Refusal {
+    /// HTTP 401, a key the provider does not accept: paused for the target's provider cooldown.
+    Unauthorized,
     /// HTTP 402, insufficient quota: paused for the target's provider cooldown.
     Quota,
+    /// HTTP 403, a model the account may not use: paused for the target's provider cooldown.
+    Forbidden,
     /// HTTP 429 with `Retry-After`: paused for that long.
     RateLimited,
 }
@@ -25,21 +29,27 @@ enum Refusal {
 impl Refusal {
     fn reply(self, pause_secs: u64) -> Reply {
         match self {
+            Refusal::Unauthorized => Reply::http_error(401, "invalid api key"),
             Refusal::Quota => Reply::http_error(402, "insufficient quota"),
+            Refusal::Forbidden => Reply::http_error(403, "model not allowed"),
             Refusal::RateLimited => Reply::http_error(429, "rate limited").retry_after(pause_secs),
         }
     }
 
     fn gap_kind(self) -> GapKind {
         match self {
-            Refusal::Quota => GapKind::ProviderFaultNotPaused,
+            Refusal::Unauthorized | Refusal::Quota | Refusal::Forbidden => {
+                GapKind::ProviderFaultNotPaused
+            }
             Refusal::RateLimited => GapKind::RetryAfterIgnored,
         }
     }
 }
 
 #[rstest]
+#[case::http_401(Refusal::Unauthorized)]
 #[case::http_402(Refusal::Quota)]
+#[case::http_403(Refusal::Forbidden)]
 #[case::http_429(Refusal::RateLimited)]
 fn provider_wide_refusal_costs_one_call_not_one_per_card(#[case] refusal: Refusal) {
     let target = current_target();
@@ -70,7 +80,7 @@ fn provider_wide_refusal_costs_one_call_not_one_per_card(#[case] refusal: Refusa
             window.note(format!("Retry-After: {pause_secs}"));
             true
         }
-        Refusal::Quota => {
+        Refusal::Unauthorized | Refusal::Quota | Refusal::Forbidden => {
             window.note(board.setting(Setting::Cooldown));
             board.reads(Setting::Cooldown)
         }

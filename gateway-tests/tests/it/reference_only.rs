@@ -1,8 +1,11 @@
 //! Bounds that rest on features only the reference has: the per-card opt-out flag, the aux-call
-//! ledger and parking, the board-wide hourly ceiling, and a provider pause kept on the board
-//! across restarts. The `external` nextest profile leaves this module out.
+//! ledger and parking, the board-wide hourly ceiling and its rolling window, a provider pause
+//! kept on the board across restarts, and calls a crash left open closed as `unknown`. The
+//! `external` nextest profile leaves this module out.
 
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
 
 use fixtures::prelude::*;
 use rstest::rstest;
@@ -217,6 +220,8 @@ fn hourly_ceiling_holds_across_a_restart(
     gateway.restart();
     window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
     let after_restart = aux.bills();
+    // Worded now: the verdicts below are about the ceiling in force before it was raised.
+    let ceiling = board.setting(Setting::CallsPerHour);
     board.reconfigure(Config::gateway().calls_per_hour(100));
     let mut raised = Window::start();
     raised.left_triage(
@@ -235,7 +240,7 @@ fn hourly_ceiling_holds_across_a_restart(
     bound("paid calls in the hour across a restart", after_restart)
         .exactly(HOURLY_CEILING)
         .over(&window)
-        .note(|| board.setting(Setting::CallsPerHour))
+        .note(|| ceiling.clone())
         .gap(GapKind::HourlyCeilingExceeded);
     let per_card: Vec<usize> = cards.iter().map(|card| aux.billed_for(card)).collect();
     bound(
@@ -304,4 +309,187 @@ fn provider_pause_survives_a_restart() {
         .exactly(cards.len())
         .over(&resumed)
         .gap(GapKind::PauseNeverEnded);
+}
+
+/// The hourly ceiling of the window test.
+const WINDOW_CEILING: u32 = 3;
+
+/// Paid calls arranged inside the rolling hour (30 minutes ago): they count.
+const CALLS_INSIDE_THE_HOUR: usize = 2;
+
+/// Paid calls arranged just outside it (61 minutes ago): they do not.
+const CALLS_BEFORE_THE_HOUR: usize = 5;
+
+#[rstest]
+fn the_hourly_ceiling_counts_the_calls_of_the_last_hour_and_no_older_ones(
+    #[with(Config::gateway().calls_per_hour(WINDOW_CEILING))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    // Paid for earlier by another process: the board's ledger says so, this provider never saw
+    // those calls.
+    let earlier = board.create("work decomposed earlier", &[]);
+    let rows = board.rows();
+    rows.arrange_paid_calls(
+        &earlier,
+        Duration::from_secs(30 * 60),
+        CALLS_INSIDE_THE_HOUR,
+    );
+    rows.arrange_paid_calls(
+        &earlier,
+        Duration::from_secs(61 * 60),
+        CALLS_BEFORE_THE_HOUR,
+    );
+    let cards: Vec<String> = (0..WINDOW_CEILING)
+        .map(|i| board.create(&format!("idea {i}"), &["--triage"]))
+        .collect();
+    let room = WINDOW_CEILING as usize - CALLS_INSIDE_THE_HOUR;
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    // Nothing more may be decomposed once the hour is full, so probes cannot prove ticks: the
+    // watch spans PROBE_TICKS ticks by the clock, between the gateway ticking before (the bill)
+    // and after (the rest decomposed once the ceiling is raised).
+    window
+        .bills(
+            &board,
+            &gateway,
+            room,
+            || aux.bills(),
+            "the calls the hour has room for",
+        )
+        .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    let bills = aux.bills();
+    // Worded now: the verdicts below are about the ceiling in force before it was raised.
+    let ceiling = board.setting(Setting::CallsPerHour);
+    board.reconfigure(Config::gateway().calls_per_hour(100));
+    let mut raised = Window::start();
+    raised.left_triage(
+        &board,
+        &gateway,
+        &cards,
+        target.first_bill_timeout(),
+        "every card decomposed once the ceiling is raised",
+    );
+    drop(gateway);
+
+    bound(
+        "paid calls with 2 of the ceiling's 3 spent 30 minutes ago and 5 more 61 minutes ago",
+        bills,
+    )
+    .exactly(room)
+    .over(&window)
+    .note(|| ceiling.clone())
+    .gap(GapKind::HourlyCeilingExceeded);
+    let decomposed = cards
+        .iter()
+        .filter(|card| board.rows().status(card) != "triage")
+        .count();
+    bound("cards decomposed once the ceiling is raised", decomposed)
+        .exactly(cards.len())
+        .over(&raised)
+        .gap(GapKind::PauseNeverEnded);
+}
+
+/// How long the provider holds the call the gateway is killed in.
+const SLOW_ANSWER: Duration = Duration::from_secs(30);
+
+/// How long the restarted gateway gets to close the abandoned call: it does so before its first
+/// tick.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[rstest]
+fn a_call_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
+    // One attempt per card: the killed one was its last, so the budget must hold after it.
+    #[with(Config::gateway().max_attempts(1).backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    let card = board.create("killed mid-call", &["--triage"]);
+    aux.reply(&card, Reply::default_single().delayed(SLOW_ANSWER));
+    let outcomes = || -> Vec<String> {
+        board
+            .rows()
+            .ledger(&card)
+            .into_iter()
+            .map(|row| row.outcome)
+            .collect()
+    };
+
+    let mut window = Window::start();
+    let mut gateway = start_gateway(&board);
+    window.first_bill(&board, &gateway, &card);
+    let mut after_kill = Vec::new();
+    if window.ok() {
+        let crash = gateway.kill9();
+        assert_eq!(crash.signal, Some(Signal::SIGKILL as i32), "{crash}");
+        after_kill = outcomes();
+        gateway.restart();
+        window
+            .settle(&gateway, CLOSE_TIMEOUT, "the abandoned call closed", || {
+                outcomes().iter().all(|outcome| outcome != "in_flight")
+            })
+            .prove_ticks(&board, &gateway, 2);
+    }
+    let bills = aux.billed_for(&card);
+    let all_bills = aux.bills();
+    drop(gateway);
+
+    bound("bills for a card killed during its only attempt", bills)
+        .exactly(1)
+        .over(&window)
+        .context(|| board.diag(&card))
+        .gap(GapKind::BudgetNotPersisted);
+    let usage = board.cli_json(["kanban", "usage", "--json"]);
+    let card_usage = usage["cards"]
+        .as_array()
+        .and_then(|cards| cards.iter().find(|entry| entry["task_id"] == card.as_str()))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let parked = board
+        .rows()
+        .decompose_state(&card)
+        .is_some_and(|state| state.parked);
+    let mut findings = Findings::new();
+    findings
+        .equal(
+            "ledger outcomes after the SIGKILL",
+            &after_kill,
+            &vec!["in_flight".to_owned()],
+        )
+        .equal(
+            "ledger outcomes after the restart",
+            &outcomes(),
+            &vec!["unknown".to_owned()],
+        )
+        .equal("the card parked", &parked, &true)
+        .equal(
+            "usage: unknown calls",
+            &usage["totals"]["unknown"],
+            &Value::from(1),
+        )
+        .equal(
+            "usage: the card's unknown calls",
+            &card_usage["unknown"],
+            &Value::from(1),
+        )
+        .equal(
+            "usage: the card's calls",
+            &card_usage["calls"],
+            &Value::from(1),
+        )
+        .equal(
+            "usage: paid calls (the card's and the tick probes')",
+            &usage["totals"]["calls"],
+            &Value::from(all_bills),
+        )
+        .equal(
+            "usage: calls in the last hour",
+            &usage["window"]["calls_last_hour"],
+            &Value::from(all_bills),
+        );
+    findings
+        .verdict("a call a SIGKILL left in flight is closed as unknown and still counted")
+        .over(&window)
+        .context(|| format!("{usage}\n{}", board.diag(&card)))
+        .gap(GapKind::CallNotVisible);
 }

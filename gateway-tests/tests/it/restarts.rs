@@ -8,7 +8,7 @@ use fixtures::prelude::*;
 use nix::sys::signal::Signal;
 use rstest::rstest;
 
-use crate::support::{judge_no_graph, start_gateway};
+use crate::support::{no_graph_findings, start_gateway};
 use crate::{MAX_CHILDREN, MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// How long the provider holds a poison card's call before failing it: far longer than it takes
@@ -87,7 +87,10 @@ fn poison_card_budget_survives_restarts_and_sigkill_mid_call(
         })
         .context(|| board.diag(&poison))
         .gap(GapKind::BudgetNotPersisted);
-    judge_no_graph(&board, &poison);
+    no_graph_findings(&board, &poison)
+        .verdict("failed decomposition wrote no rows")
+        .context(|| board.diag(&poison))
+        .gap(GapKind::FailureWroteRows);
 }
 
 #[rstest]

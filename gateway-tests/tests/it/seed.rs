@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{judge_no_graph, judge_rebill, settle_budget, start_gateway};
-use crate::{PROBE_TICKS, SHORT_BACKOFF};
+use crate::support::{no_graph_findings, rebill_note, settle_budget, start_gateway};
+use crate::{MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// Children in the green control's graph.
 const SEED_CHILDREN: usize = 3;
@@ -35,15 +35,16 @@ fn failing_triage_card_is_not_rebilled_every_tick(
     let bills = aux.billed_for(&doomed);
     drop(gateway);
 
-    judge_rebill(
-        &board,
-        "bills for doomed card",
-        &doomed,
-        bills,
-        &window,
-        &[Setting::Backoff],
-    );
-    judge_no_graph(&board, &doomed);
+    bound("bills for doomed card", bills)
+        .at_most(MAX_FAILED_ATTEMPTS)
+        .over(&window)
+        .note(|| rebill_note(&board, &doomed, &[Setting::Backoff]))
+        .context(|| board.diag(&doomed))
+        .gap(GapKind::RebilledEveryTick);
+    no_graph_findings(&board, &doomed)
+        .verdict("failed decomposition wrote no rows")
+        .context(|| board.diag(&doomed))
+        .gap(GapKind::FailureWroteRows);
 }
 
 #[rstest]

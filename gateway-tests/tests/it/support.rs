@@ -1,5 +1,6 @@
 //! Plumbing the gateway tests share: starting the gateway, the timeouts of tests that expect a
-//! blocked dispatcher, and the verdicts several tests reach.
+//! blocked dispatcher, and the words and findings several tests' verdicts use. The verdicts
+//! themselves stay in the tests.
 
 use std::time::Duration;
 
@@ -58,33 +59,19 @@ pub fn settle_budget(gateway: &Gateway, window: &mut Window, board: &Board, card
     );
 }
 
-/// The rebill verdict: a card that cannot be decomposed is billed at most
-/// [`MAX_FAILED_ATTEMPTS`] times over the window, with `settings` named in the target's terms.
-pub fn judge_rebill(
-    board: &Board,
-    what: &str,
-    card: &str,
-    bills: usize,
-    window: &Window,
-    settings: &[Setting],
-) {
-    bound(what, bills)
-        .at_most(MAX_FAILED_ATTEMPTS)
-        .over(window)
-        .note(|| {
-            let mut note = format!("status={}", board.rows().status(card));
-            for setting in settings {
-                note.push_str(&format!("; {}", board.setting(*setting)));
-            }
-            note
-        })
-        .context(|| board.diag(card))
-        .gap(GapKind::RebilledEveryTick);
+/// The note of a rebill verdict: the card's status and `settings` in the target's terms.
+pub fn rebill_note(board: &Board, card: &str, settings: &[Setting]) -> String {
+    let mut note = format!("status={}", board.rows().status(card));
+    for setting in settings {
+        note.push_str(&format!("; {}", board.setting(*setting)));
+    }
+    note
 }
 
-/// The harness invariant every failed decomposition keeps on any sane target: no child rows, no
-/// links under the card, no `decomposed` event, and the card still in triage.
-pub fn judge_no_graph(board: &Board, card: &str) {
+/// What every failed decomposition leaves on any sane target, as findings for the test's own
+/// verdict: no child rows, no links under the card, no `decomposed` event, and the card still in
+/// triage.
+pub fn no_graph_findings(board: &Board, card: &str) -> Findings {
     let rows = board.rows();
     let mut findings = Findings::new();
     findings
@@ -96,7 +83,45 @@ pub fn judge_no_graph(board: &Board, card: &str) {
         )
         .equal("status", &rows.status(card).as_str(), &"triage");
     findings
-        .verdict("failed decomposition wrote no rows")
-        .context(|| board.diag(card))
-        .gap(GapKind::FailureWroteRows);
+}
+
+/// The spec of a second `gateway run` on `board` with a lock directory of its own (so the
+/// reference's singleton lock does not stop it), logging to `name`.log beside the board, not
+/// waiting for readiness: a target may rightly refuse to dispatch a board another gateway
+/// dispatches, and a refused gateway never gets ready.
+pub fn second_gateway_spec(board: &Board, name: &str) -> GatewaySpec {
+    let mut spec = board
+        .gateway_spec()
+        .readiness(Readiness::Immediate, Duration::ZERO)
+        .stop_grace(STOP_GRACE)
+        .env_var(
+            "HERMES_GATEWAY_LOCK_DIR",
+            board.root().join(format!("{name}-locks")),
+        );
+    spec.log = board.root().join(format!("{name}.log"));
+    spec
+}
+
+/// A base URL on this machine where nothing listens: a port just bound and released again.
+/// (Another process could take the port meanwhile; nothing on this machine listens on random
+/// ephemeral ports for long.)
+///
+/// # Panics
+/// When no local port can be bound at all.
+pub fn closed_port_url() -> String {
+    let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
+        Ok(listener) => listener,
+        Err(error) => panic!("cannot bind a local port to find a closed one: {error}"),
+    };
+    let port = match listener.local_addr() {
+        Ok(address) => address.port(),
+        Err(error) => panic!("cannot read the bound local port: {error}"),
+    };
+    drop(listener);
+    format!("http://127.0.0.1:{port}/v1")
+}
+
+/// Whole milliseconds of `duration`, as verdicts count them.
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -1,0 +1,142 @@
+//! Limits at their boundary, through the gateway: exactly `auto_decompose_per_tick` cards in
+//! flight while every reply hangs (not one more, not one fewer), and a fan-out of exactly the
+//! child cap applied while one child more is rejected whole. (The attempt budget's boundary is
+//! in `budget`.)
+
+use std::time::Duration;
+
+use fixtures::prelude::*;
+use rstest::rstest;
+
+use crate::support::{blocked_probe_timeout, span_of_ticks, start_gateway};
+use crate::{MAX_CHILDREN, PROBE_TICKS, SHORT_BACKOFF};
+
+/// Cards attempted per tick in the in-flight test.
+const PER_TICK: u32 = 3;
+
+/// Cards waiting: more than fit in one tick's slots.
+const WAITING_CARDS: usize = 5;
+
+/// Longer than the test: no hung call ends by itself while it runs.
+const HANG: Duration = Duration::from_secs(600);
+
+/// A call timeout beyond the test, so every hung call stays in flight.
+const LONG_TIMEOUT: f64 = 300.0;
+
+#[rstest]
+fn exactly_per_tick_cards_are_in_flight_while_every_reply_hangs(
+    #[with(Config::gateway().per_tick(PER_TICK).call_timeout(LONG_TIMEOUT))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    let cards: Vec<String> = (0..WAITING_CARDS)
+        .map(|i| {
+            let card = board.create(&format!("a card whose provider hangs {i}"), &["--triage"]);
+            aux.reply(&card, Reply::hang(HANG));
+            card
+        })
+        .collect();
+    let limit = PER_TICK as usize;
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    // A target may send one call first and fan out only once the provider proves to answer
+    // (the reference waits 2 s); then it has `PER_TICK` in flight, and every later tick finds
+    // no free slot. The watch spans ticks by the clock: nothing can be decomposed meanwhile.
+    window
+        .bills(&board, &gateway, 1, || aux.bills(), "any waiting card")
+        .settle(
+            &gateway,
+            blocked_probe_timeout(target),
+            &format!("{limit} cards in flight"),
+            || aux.bills() >= limit,
+        )
+        .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    let billed = aux.billed_ids();
+    let distinct = cards.iter().filter(|card| billed.contains(*card)).count();
+    // Nothing is judged about stopping here, and SIGTERM would wait for the hung calls.
+    gateway.kill9();
+
+    bound("calls while every reply hangs", billed.len())
+        .at_most(limit)
+        .over(&window)
+        .note(|| {
+            format!(
+                "billed in order: {billed:?}; {}",
+                board.setting(Setting::PerTick)
+            )
+        })
+        .gap(GapKind::PerTickExceeded);
+    bound("cards in flight at once while every reply hangs", distinct)
+        .at_least(limit)
+        .over(&window)
+        .note(|| {
+            format!(
+                "billed in order: {billed:?}; {}",
+                board.setting(Setting::PerTick)
+            )
+        })
+        .gap(GapKind::DispatcherBlocked);
+}
+
+/// The configured child cap of the second case: below the contract's, so a target that ignores
+/// the setting applies the fan-out one over it.
+const LOWER_CAP: u32 = 5;
+
+#[rstest]
+#[case::contract_cap(None)]
+#[case::configured_cap(Some(LOWER_CAP))]
+fn a_fanout_at_the_child_cap_is_applied_and_one_child_more_is_rejected(
+    #[case] configured: Option<u32>,
+) {
+    let mut config = Config::gateway().backoff(SHORT_BACKOFF);
+    if let Some(cap) = configured {
+        config = config.max_children(cap);
+    }
+    let board = Board::new(config);
+    // A target without the setting is judged by the contract's cap.
+    let cap = match configured {
+        Some(cap) if board.reads(Setting::MaxChildren) => cap as usize,
+        _ => MAX_CHILDREN,
+    };
+    let aux = board.aux();
+    let at_cap = board.create("a feature of exactly the cap's size", &["--triage"]);
+    let over_cap = board.create("a feature one part too big", &["--triage"]);
+    aux.reply(&at_cap, Reply::graph(cap, &[]));
+    aux.reply(&over_cap, Reply::graph(cap + 1, &[]));
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window
+        .left_triage(
+            &board,
+            &gateway,
+            std::slice::from_ref(&at_cap),
+            board.target().first_bill_timeout(),
+            "the fan-out at the cap applied",
+        )
+        .first_bill(&board, &gateway, &over_cap)
+        .prove_ticks(&board, &gateway, 2);
+    drop(gateway);
+
+    let rows = board.rows();
+    let applied = rows.children_of(&at_cap).len();
+    bound("children of a fan-out at the child cap", applied)
+        .exactly(cap)
+        .over(&window)
+        .note(|| board.setting(Setting::MaxChildren))
+        .context(|| board.diag(&at_cap))
+        .gap(GapKind::ReplyNotApplied);
+    let over = rows.children_of(&over_cap).len();
+    let status = rows.status(&over_cap);
+    let mut findings = Findings::new();
+    findings
+        .equal("children", &over, &0)
+        .equal("status", &status.as_str(), &"triage");
+    findings
+        .verdict("a fan-out one child over the cap wrote no rows")
+        .over(&window)
+        .note(|| board.setting(Setting::MaxChildren))
+        .context(|| board.diag(&over_cap))
+        .gap(GapKind::UnboundedFanout);
+}

@@ -1,0 +1,215 @@
+//! A provider that refuses or cannot be reached, at the awkward moments: a refusal that arrives
+//! late (after the calls it would have stopped were sent), one that arrives while the gateway
+//! shuts down, and a provider nobody can connect to (which costs nothing, so it must spend no
+//! card's budget).
+
+use std::time::{Duration, Instant};
+
+use fixtures::prelude::*;
+use rstest::rstest;
+
+use crate::support::{closed_port_url, span_of_ticks, start_gateway};
+use crate::{PROBE_TICKS, PROVIDER_FAULT_BOUND, SHORT_BACKOFF};
+
+/// Cards waiting when the provider starts refusing.
+const WAITING_CARDS: usize = 6;
+
+/// Cards attempted per tick: the most calls a late refusal may find in flight.
+const PER_TICK: u32 = 3;
+
+/// A cooldown longer than any test here: one refusal pauses everything that follows.
+const LONG_COOLDOWN: f64 = 120.0;
+
+/// A refusal that takes longer than the reference's 2 s probe window, so the gateway has fanned
+/// out before it lands.
+const LATE: Duration = Duration::from_millis(2_500);
+
+#[rstest]
+#[case::answered_at_once(Duration::ZERO, PROVIDER_FAULT_BOUND)]
+#[case::answered_after_the_probe_window(LATE, PER_TICK as usize)]
+fn a_refusal_costs_one_call_at_once_and_at_most_the_calls_in_flight_when_late(
+    #[case] delay: Duration,
+    #[case] most_bills: usize,
+    #[with(Config::gateway().per_tick(PER_TICK).cooldown(LONG_COOLDOWN).backoff(0.0))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    for i in 0..WAITING_CARDS {
+        board.create(&format!("waiting card {i}"), &["--triage"]);
+    }
+    aux.reply_default(Reply::http_error(402, "insufficient quota").delayed(delay));
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    // Every call sent before the first refusal landed has answered after twice the delay; the
+    // watch goes on for as many ticks as the other tests prove, all under the pause.
+    window
+        .bills(&board, &gateway, 1, || aux.bills(), "any waiting card")
+        .watch(&gateway, delay * 2 + span_of_ticks(target, PROBE_TICKS));
+    let bills = aux.bills();
+    gateway.kill9();
+
+    bound("bills while the provider refuses", bills)
+        .at_most(most_bills)
+        .over(&window)
+        .note(|| {
+            format!(
+                "every reply a 402 after {:.1}s; {WAITING_CARDS} cards waiting; billed in order: \
+                 {:?}; {}; {}",
+                delay.as_secs_f64(),
+                aux.billed_ids(),
+                board.setting(Setting::PerTick),
+                board.setting(Setting::Cooldown)
+            )
+        })
+        .gap(GapKind::ProviderFaultNotPaused);
+}
+
+/// How long the provider takes to refuse the probe in the shutdown test.
+const REFUSAL_DELAY: Duration = Duration::from_millis(1_500);
+
+/// How long before the refusal lands SIGTERM is sent.
+const SIGTERM_AHEAD: Duration = Duration::from_millis(800);
+
+#[rstest]
+fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
+    let target = current_target();
+    let watch = span_of_ticks(target, PROBE_TICKS);
+    // Long enough to cover the refusal, the restart and the watch after it, with room to spare.
+    let pause_secs = (REFUSAL_DELAY + watch * 2).as_secs_f64().ceil() as u64 + 2;
+    let board = Board::new(
+        Config::gateway()
+            .cooldown(pause_secs as f64)
+            .backoff(SHORT_BACKOFF),
+    );
+    let aux = board.aux();
+    let cards: Vec<String> = (0..3)
+        .map(|i| board.create(&format!("waiting card {i}"), &["--triage"]))
+        .collect();
+    aux.reply_default(Reply::http_error(402, "insufficient quota").delayed(REFUSAL_DELAY));
+
+    let mut window = Window::start();
+    let mut gateway = start_gateway(&board);
+    window
+        .bills(&board, &gateway, 1, || aux.bills(), "the first call")
+        .watch(&gateway, REFUSAL_DELAY - SIGTERM_AHEAD);
+    let refused_at = Instant::now() + SIGTERM_AHEAD;
+    let mut stopped = None;
+    if window.ok() {
+        // SIGTERM now: the refusal lands while the gateway shuts down.
+        stopped = Some(gateway.restart());
+        window.watch(&gateway, watch);
+    }
+    let after_restart = aux.bills();
+    if refused_at.elapsed() >= Duration::from_secs(pause_secs) {
+        window.interrupt(Interruption::new(format!(
+            "the watch ended {:.1}s after the refusal, past the {pause_secs}s pause: the \
+             restart took too long for the count to tell anything",
+            refused_at.elapsed().as_secs_f64()
+        )));
+    }
+    aux.reply_default(Reply::default_single());
+    let mut resumed = Window::start();
+    resumed.left_triage(
+        &board,
+        &gateway,
+        &cards,
+        Duration::from_secs(pause_secs) + target.first_bill_timeout(),
+        "every waiting card decomposed after the pause",
+    );
+    drop(gateway);
+
+    bound(
+        "bills while paused by a refusal that landed during shutdown",
+        after_restart,
+    )
+    .exactly(PROVIDER_FAULT_BOUND)
+    .over(&window)
+    .note(|| {
+        format!(
+            "SIGTERM {:.1}s before the refusal landed; the stop: {stopped:?}; billed in \
+                 order: {:?}; {}",
+            SIGTERM_AHEAD.as_secs_f64(),
+            aux.billed_ids(),
+            board.setting(Setting::Cooldown)
+        )
+    })
+    .gap(GapKind::ProviderFaultNotPaused);
+    let decomposed = cards
+        .iter()
+        .filter(|card| board.rows().status(card) != "triage")
+        .count();
+    bound("waiting cards decomposed after the pause", decomposed)
+        .exactly(cards.len())
+        .over(&resumed)
+        .gap(GapKind::PauseNeverEnded);
+}
+
+/// How long the provider stays unreachable on the reference: two tries (its pause after a
+/// refused connection is at least 1 s, then doubles). A target with a slower tick gets as many
+/// ticks as the other tests prove.
+const UNREACHABLE_SPAN: Duration = Duration::from_millis(1_500);
+
+/// The longest pause an unreachable span this short can leave behind on the reference (1 s,
+/// then 2 s, after the two tries), with room for a third try: the card waits it out once the
+/// provider is back.
+const UNREACHABLE_PAUSE: Duration = Duration::from_secs(4);
+
+#[rstest]
+fn an_unreachable_provider_spends_no_cards_budget(
+    #[with(Config::gateway().backoff(SHORT_BACKOFF))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    // `model.base_url` at a port where nothing listens: the request never reaches a provider.
+    let unreachable = Config::gateway()
+        .backoff(SHORT_BACKOFF)
+        .yaml(&format!("model:\n  base_url: {}\n", closed_port_url()));
+    board.reconfigure(unreachable);
+    let card = board.create("an idea nobody can be asked about", &["--triage"]);
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    let span = if target.is_reference() {
+        UNREACHABLE_SPAN
+    } else {
+        span_of_ticks(target, PROBE_TICKS)
+    };
+    window.watch(&gateway, span);
+    let attempts_spent = board
+        .reads(Setting::MaxAttempts)
+        .then(|| board.rows().attempts(&card));
+    board.reconfigure(Config::gateway().backoff(SHORT_BACKOFF));
+    window.left_triage(
+        &board,
+        &gateway,
+        std::slice::from_ref(&card),
+        UNREACHABLE_PAUSE + target.first_bill_timeout(),
+        "the card decomposed once the provider is back",
+    );
+    let bills = aux.billed_for(&card);
+    drop(gateway);
+
+    if let Some(attempts) = attempts_spent {
+        bound(
+            "attempts counted while the provider was unreachable",
+            attempts,
+        )
+        .at_most(0)
+        .note(|| format!("unreachable for {:.1}s", span.as_secs_f64()))
+        .context(|| board.diag(&card))
+        .gap(GapKind::UnreachableCharged);
+    }
+    holds(
+        "a card that waited out an unreachable provider is decomposed once it is back",
+        board.rows().status(&card) != "triage",
+    )
+    .over(&window)
+    .context(|| board.diag(&card))
+    .gap(GapKind::UnreachableCharged);
+    bound("bills for the card once the provider is back", bills)
+        .exactly(1)
+        .over(&window)
+        .context(|| board.diag(&card))
+        .gap(GapKind::RebilledAfterDecompose);
+}
