@@ -135,6 +135,24 @@ fn remove_board_files(board: &Board) {
     }
 }
 
+/// Moves `from`'s board into `to`'s place as a person would move any SQLite database in WAL
+/// mode: the file together with its write-ahead log, which may hold its latest commits.
+fn move_board_files(from: &Board, to: &Board) {
+    for suffix in ["", "-wal"] {
+        let with_suffix = |board: &Board| {
+            let mut path = board.rows().path().to_path_buf().into_os_string();
+            path.push(suffix);
+            std::path::PathBuf::from(path)
+        };
+        let (source, destination) = (with_suffix(from), with_suffix(to));
+        if suffix.is_empty() || source.exists() {
+            if let Err(error) = std::fs::rename(&source, &destination) {
+                panic!("cannot move {} into place: {error}", source.display());
+            }
+        }
+    }
+}
+
 #[rstest]
 fn a_board_file_replaced_under_the_gateway_is_served_at_its_path(
     #[with(Config::gateway())] board: Board,
@@ -164,9 +182,7 @@ fn a_board_file_replaced_under_the_gateway_is_served_at_its_path(
     let elsewhere = Board::new(Config::plain());
     let moved = elsewhere.create("a card on a board moved into place", &["--triage"]);
     remove_board_files(&board);
-    if let Err(error) = std::fs::rename(elsewhere.rows().path(), board.rows().path()) {
-        panic!("cannot move the other board into place: {error}");
-    }
+    move_board_files(&elsewhere, &board);
     window
         .left_triage(
             &board,
