@@ -68,7 +68,7 @@ fn tries_after_server_errors_are_spaced_and_the_third_succeeds(
         .at_most(0)
         .note(|| millis(&gaps))
         .note(|| short.join("; "))
-        .gap(GapKind::BackoffIgnored);
+        .gap(GapKind::RetriesNotSpaced);
     let mut findings = Findings::new();
     findings.equal("ok", &run.ok(), &Some(true)).equal(
         "children",
