@@ -6,7 +6,9 @@
 //! the rows in `kanban.db`. Verdicts never come from log wording.
 //!
 //! One file per concern; `support` holds the plumbing the tests share. Tests of features only the
-//! reference has live in `reference_only`, which the `external` nextest profile leaves out.
+//! reference has live in `reference_only`, which the `external` nextest profile leaves out. Tests
+//! that run an upstream hermes-agent gateway beside the target's live in `with_upstream`: only the
+//! `with-upstream` profile runs them (they need upstream installed, see `fixtures::upstream`).
 
 mod budget;
 mod claims;
@@ -25,6 +27,7 @@ mod seed;
 mod singleton;
 mod support;
 mod timing;
+mod with_upstream;
 mod world;
 
 /// K: dispatcher ticks proven to have run while a card that cannot be decomposed sits in triage.
