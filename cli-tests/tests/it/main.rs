@@ -19,6 +19,7 @@
 //! | `retries` | tries spaced within one attempt, `Retry-After` honoured or ending the retries |
 //! | `outage` | an unreachable provider costs nothing; the card is decomposed once it is back |
 //! | `config_extremes` | absurd numbers in `config.yaml` |
+//! | `decomposer` | upstream's decomposer settings (model, key, extra body) reach the call |
 //! | `sweep` | `decompose --all` and human holds |
 //! | `json_shape` | the `--json` line and exit codes |
 //! | `reference_only` | ledger, usage, opt-out, budget, hostile-body bounds (left out on other targets) |
@@ -61,6 +62,7 @@ mod accepted_replies;
 mod boundaries;
 mod claims;
 mod config_extremes;
+mod decomposer;
 mod hostile_replies;
 mod json_shape;
 mod outage;
