@@ -1,7 +1,13 @@
 //! Bounds that rest on features only the reference has: the per-card opt-out flag, the aux-call
 //! ledger and parking, the board-wide hourly ceiling and its rolling window, a provider pause
 //! kept on the board across restarts, and calls a crash left open closed as `unknown`. The
-//! `external` nextest profile leaves this module out.
+//! `external` nextest profile leaves this module out, submodules included.
+//!
+//! | submodule | concern |
+//! |---|---|
+//! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
+
+mod recovery;
 
 use std::time::{Duration, Instant};
 

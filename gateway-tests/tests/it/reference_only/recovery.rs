@@ -1,0 +1,193 @@
+//! The operator's recovery verbs against a running gateway: `kanban unpark ID` gives a parked
+//! card one more budget that the gateway spends with one bill, `kanban resume` lifts a provider
+//! pause so the gateway bills again, and `kanban auto-decompose ID off|on` keeps the gateway away
+//! from a card and brings it back. Judged by the bills the fake provider saw.
+
+use fixtures::prelude::*;
+use rstest::rstest;
+
+use crate::support::{span_of_ticks, start_gateway};
+use crate::{PROBE_TICKS, SHORT_BACKOFF};
+
+/// The attempt budget of the unpark test: small, so the card parks within a few ticks.
+const BUDGET: u32 = 2;
+
+/// The verdict that a verb the test runs exits 0.
+fn judge_success(what: &str, run: &CliOutput) {
+    holds(format!("{what} exits 0"), run.success())
+        .note(|| format!("exited with {}", run.code_text()))
+        .context(|| run.to_string())
+        .gap(GapKind::WrongExitCode);
+}
+
+#[rstest]
+fn a_parked_card_unparked_is_decomposed_by_the_gateway_with_one_bill(
+    #[with(Config::gateway().backoff(SHORT_BACKOFF).max_attempts(BUDGET))] board: Board,
+) {
+    let aux = board.aux();
+    let card = board.create("an idea the model failed until it parked", &["--triage"]);
+    aux.reply(&card, Reply::malformed());
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window
+        .until(
+            &gateway,
+            board.target().first_bill_timeout(),
+            "the card to be parked",
+            || !board.rows().events(&card, "decompose_parked").is_empty(),
+        )
+        .prove_ticks(&board, &gateway, 2);
+    let parked_bills = aux.billed_for(&card);
+    let parked_window = window.clone();
+    aux.reply(&card, Reply::graph(2, &[]));
+    let unpark = board.cli_unchecked(["kanban", "unpark", card.as_str()]);
+    window
+        .left_triage(
+            &board,
+            &gateway,
+            std::slice::from_ref(&card),
+            board.target().first_bill_timeout(),
+            "the unparked card decomposed by the gateway",
+        )
+        .prove_ticks(&board, &gateway, 2);
+    drop(gateway);
+    let bills = aux.billed_for(&card);
+
+    bound("gateway bills before the card was parked", parked_bills)
+        .exactly(BUDGET)
+        .over(&parked_window)
+        .context(|| board.diag(&card))
+        .gap(GapKind::RebilledEveryTick);
+    judge_success("`kanban unpark` of a card the gateway parked", &unpark);
+    bound(
+        "gateway bills after unpark",
+        bills.saturating_sub(parked_bills),
+    )
+    .exactly(1)
+    .over(&window)
+    .context(|| format!("{unpark}\n{}", board.diag(&card)))
+    .gap(GapKind::RecoveryFailed);
+    holds(
+        "the unparked card is decomposed by the gateway",
+        board.rows().children_of(&card).len() == 2,
+    )
+    .over(&window)
+    .context(|| board.diag(&card))
+    .gap(GapKind::RecoveryFailed);
+}
+
+#[rstest]
+fn resume_lets_a_gateway_paused_by_a_refusal_bill_again(
+    #[with(Config::gateway().cooldown(900.0).backoff(SHORT_BACKOFF))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    let card = board.create("an idea behind a revoked key", &["--triage"]);
+    aux.reply(&card, Reply::http_error(401, "invalid api key"));
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    // Nothing may be decomposed during the pause, so the watch spans ticks by the clock, after
+    // the gateway showed it ticks (the first bill).
+    window
+        .first_bill(&board, &gateway, &card)
+        .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    let paused_bills = aux.billed_for(&card);
+    let paused_window = window.clone();
+    aux.reply(&card, Reply::graph(2, &[]));
+    let resume = board.cli_unchecked(["kanban", "resume"]);
+    window
+        .left_triage(
+            &board,
+            &gateway,
+            std::slice::from_ref(&card),
+            target.first_bill_timeout(),
+            "the card decomposed after the resume",
+        )
+        .prove_ticks(&board, &gateway, 2);
+    drop(gateway);
+    let bills = aux.billed_for(&card);
+
+    bound("gateway bills under the provider pause", paused_bills)
+        .exactly(1)
+        .over(&paused_window)
+        .note(|| board.setting(Setting::Cooldown))
+        .gap(GapKind::ProviderFaultNotPaused);
+    judge_success("`kanban resume` of a paused board", &resume);
+    bound(
+        "gateway bills after resume",
+        bills.saturating_sub(paused_bills),
+    )
+    .exactly(1)
+    .over(&window)
+    .context(|| format!("{resume}\n{}", board.diag(&card)))
+    .gap(GapKind::RecoveryFailed);
+    holds(
+        "the card is decomposed by the gateway after the resume",
+        board.rows().children_of(&card).len() == 2,
+    )
+    .over(&window)
+    .context(|| board.diag(&card))
+    .gap(GapKind::RecoveryFailed);
+}
+
+#[rstest]
+fn auto_decompose_off_keeps_the_gateway_away_and_on_brings_it_back(
+    #[with(Config::gateway())] board: Board,
+) {
+    let aux = board.aux();
+    let card = board.create("an idea its owner wants to split", &["--triage"]);
+    aux.reply(&card, Reply::graph(2, &[]));
+    let off = board.cli_unchecked(["kanban", "auto-decompose", card.as_str(), "off"]);
+    let fresh = board.create("a fresh idea", &["--triage"]);
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window
+        .left_triage(
+            &board,
+            &gateway,
+            std::slice::from_ref(&fresh),
+            board.target().first_bill_timeout(),
+            "the fresh card auto-decomposed",
+        )
+        .prove_ticks(&board, &gateway, PROBE_TICKS);
+    let bills_while_off = aux.billed_for(&card);
+    let off_window = window.clone();
+    let on = board.cli_unchecked(["kanban", "auto-decompose", card.as_str(), "on"]);
+    window
+        .left_triage(
+            &board,
+            &gateway,
+            std::slice::from_ref(&card),
+            board.target().first_bill_timeout(),
+            "the card switched on decomposed by the gateway",
+        )
+        .prove_ticks(&board, &gateway, 2);
+    drop(gateway);
+    let bills = aux.billed_for(&card);
+
+    judge_success("`kanban auto-decompose ID off`", &off);
+    bound("gateway bills for a card switched off", bills_while_off)
+        .at_most(0)
+        .over(&off_window)
+        .context(|| board.diag(&card))
+        .gap(GapKind::HoldDecomposed);
+    judge_success("`kanban auto-decompose ID on`", &on);
+    bound(
+        "gateway bills once the card is switched on",
+        bills.saturating_sub(bills_while_off),
+    )
+    .exactly(1)
+    .over(&window)
+    .context(|| format!("{on}\n{}", board.diag(&card)))
+    .gap(GapKind::RecoveryFailed);
+    holds(
+        "the switched-on card is decomposed by the gateway",
+        board.rows().children_of(&card).len() == 2,
+    )
+    .over(&window)
+    .context(|| board.diag(&card))
+    .gap(GapKind::RecoveryFailed);
+}
