@@ -20,6 +20,7 @@
 //! | `outage` | an unreachable provider costs nothing; the card is decomposed once it is back |
 //! | `config_extremes` | absurd numbers in `config.yaml` |
 //! | `decomposer` | upstream's decomposer settings (model, key, extra body) reach the call |
+//! | `misconfiguration` | a config upstream wrote is read in silence |
 //! | `sweep` | `decompose --all` and human holds |
 //! | `json_shape` | the `--json` line and exit codes |
 //! | `reference_only` | ledger, usage, opt-out, budget, hostile-body bounds (left out on other targets) |
@@ -65,6 +66,7 @@ mod config_extremes;
 mod decomposer;
 mod hostile_replies;
 mod json_shape;
+mod misconfiguration;
 mod outage;
 mod races;
 mod reference_only;

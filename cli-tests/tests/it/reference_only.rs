@@ -9,11 +9,13 @@
 //! | `budget` | the attempt budget and the hourly ceiling at their boundaries (0 included) |
 //! | `records` | ledger rows per try, unreachable requests, rows left in flight |
 //! | `config_extremes` | absurd numbers for the bound keys |
+//! | `misconfiguration` | one warning per misspelt key on each verb, none for upstream's keys |
 //! | `recovery` | `unpark`, `resume`, `usage --calls`, `auto-decompose ID on\|off`: effect, exit codes, `--json` |
 
 mod body_cap;
 mod budget;
 mod config_extremes;
+mod misconfiguration;
 mod records;
 mod recovery;
 

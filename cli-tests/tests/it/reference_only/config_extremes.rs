@@ -1,5 +1,6 @@
 //! Absurd numbers for the bound keys only the reference reads (see `crate::config_extremes`):
-//! refused at start naming the key, nothing paid.
+//! refused at start naming the key, nothing paid. Every documented range takes its ends, and a
+//! value just past one is refused naming the key and the range (`from MIN to MAX`).
 
 use fixtures::prelude::*;
 use rstest::rstest;
@@ -171,7 +172,10 @@ fn every_range_takes_its_ends_and_refuses_just_past_them(board: Board) {
         ] {
             board.reconfigure(Config::plain().yaml(&nested(key, value)));
             let usage = board.cli_unchecked(["kanban", "usage", "--json"]);
-            let refused_naming_it = usage.code == Some(1) && usage.stderr.contains(key);
+            let range = format!("from {min} to {max}");
+            let refused_naming_it = usage.code == Some(1)
+                && usage.stderr.contains(key)
+                && usage.stderr.contains(&range);
             let read = usage.code == Some(0);
             let right = match expect {
                 Past::Refused => refused_naming_it,
@@ -181,7 +185,7 @@ fn every_range_takes_its_ends_and_refuses_just_past_them(board: Board) {
                 wrong.push(format!(
                     "{key}: {value} should be {}, `kanban usage` exited {}",
                     if expect == Past::Refused {
-                        "refused naming the key"
+                        "refused naming the key and its range"
                     } else {
                         "read"
                     },
