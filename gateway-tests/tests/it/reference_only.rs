@@ -5,8 +5,10 @@
 //!
 //! | submodule | concern |
 //! |---|---|
+//! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
 
+mod misconfiguration;
 mod recovery;
 
 use std::time::{Duration, Instant};
