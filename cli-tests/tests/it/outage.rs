@@ -12,21 +12,10 @@ use rstest::rstest;
 
 use crate::{decompose_all, decompose_card, Decomposition};
 
-/// A base URL on a local port nothing listens on (the port was free a moment ago).
-///
-/// # Panics
-/// When no local port can be bound at all.
+/// A base URL on a local port nothing listens on, and where no other test's fake provider can
+/// start listening meanwhile (see `fixtures::closed_port`).
 pub fn unreachable_base_url() -> String {
-    let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
-        Ok(listener) => listener,
-        Err(error) => panic!("cannot bind a local port: {error}"),
-    };
-    let port = match listener.local_addr() {
-        Ok(address) => address.port(),
-        Err(error) => panic!("cannot read the bound port: {error}"),
-    };
-    drop(listener);
-    format!("http://127.0.0.1:{port}/v1")
+    fixtures::closed_port::closed_port_url()
 }
 
 /// The board's settings with the provider up: one automatic attempt per card, no backoff.

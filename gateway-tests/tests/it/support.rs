@@ -102,23 +102,10 @@ pub fn second_gateway_spec(board: &Board, name: &str) -> GatewaySpec {
     spec
 }
 
-/// A base URL on this machine where nothing listens: a port just bound and released again.
-/// (Another process could take the port meanwhile; nothing on this machine listens on random
-/// ephemeral ports for long.)
-///
-/// # Panics
-/// When no local port can be bound at all.
+/// A base URL on this machine where nothing listens, and where no other test's fake provider
+/// can start listening meanwhile (see `fixtures::closed_port`).
 pub fn closed_port_url() -> String {
-    let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
-        Ok(listener) => listener,
-        Err(error) => panic!("cannot bind a local port to find a closed one: {error}"),
-    };
-    let port = match listener.local_addr() {
-        Ok(address) => address.port(),
-        Err(error) => panic!("cannot read the bound local port: {error}"),
-    };
-    drop(listener);
-    format!("http://127.0.0.1:{port}/v1")
+    fixtures::closed_port::closed_port_url()
 }
 
 /// Whole milliseconds of `duration`, as verdicts count them.
