@@ -328,6 +328,7 @@ fn resume_lifts_a_provider_pause_so_a_sweep_bills_again_and_usage_shows_it(
     aux.reply(&card, Reply::graph(2, &[]));
 
     let resume = board.cli_unchecked(["kanban", "resume", "--by", OPERATOR, "--json"]);
+    let usage_error = board.cli_unchecked(["kanban", "resume", "--until", "never"]);
     let usage = board.cli_json(["kanban", "usage", "--json"]);
     let usage_text = board.cli(["kanban", "usage"]).stdout;
     let sweep = decompose_all(&board);
@@ -342,6 +343,7 @@ fn resume_lifts_a_provider_pause_so_a_sweep_bills_again_and_usage_shows_it(
     .gap(GapKind::ProviderFaultNotPaused);
     judge_exit_code("`kanban resume` with no pause in force", &idle, 0);
     judge_exit_code("`kanban resume` of a paused board", &resume, 0);
+    judge_exit_code("`kanban resume` with an unknown option", &usage_error, 2);
     let idle_line = serde_json::from_str::<Value>(&idle.stdout).unwrap_or(Value::Null);
     let line = serde_json::from_str::<Value>(&resume.stdout).unwrap_or(Value::Null);
     let fields = [
