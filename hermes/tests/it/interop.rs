@@ -1,7 +1,6 @@
 //! A board is a file two implementations share: ours must read what upstream hermes-agent
 //! 0.19.0 wrote, and upstream must read what we write.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -103,26 +102,6 @@ fn ours_reads_the_board_upstream_wrote() {
     assert_eq!(shown["parents"], json!(["t_9f474b0a"]));
 }
 
-/// How to run upstream hermes, if it is installed: `HERMES_UPSTREAM_CMD` (a command prefix),
-/// else the venv CI installs at `<workspace>/target/upstream-venv`.
-fn upstream_command() -> Option<Vec<String>> {
-    if let Ok(cmd) = std::env::var("HERMES_UPSTREAM_CMD") {
-        let words: Vec<String> = cmd.split_whitespace().map(str::to_owned).collect();
-        if !words.is_empty() {
-            return Some(words);
-        }
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
-    let python: PathBuf = workspace.join("target/upstream-venv/bin/python");
-    python.is_file().then(|| {
-        vec![
-            python.display().to_string(),
-            "-m".into(),
-            "hermes_cli.main".into(),
-        ]
-    })
-}
-
 fn upstream(s: &Scratch, prefix: &[String], args: &[&str]) -> Out {
     let mut cmd = Command::new(&prefix[0]);
     scrub(&mut cmd);
@@ -140,73 +119,84 @@ fn upstream(s: &Scratch, prefix: &[String], args: &[&str]) -> Out {
     out
 }
 
-#[test]
-fn upstream_reads_the_board_ours_wrote() {
-    let Some(prefix) = upstream_command() else {
-        eprintln!(
-            "SKIP: upstream hermes-agent not installed (set HERMES_UPSTREAM_CMD=\"/path/to/python -m hermes_cli.main\", \
-             or `python3 -m venv target/upstream-venv && target/upstream-venv/bin/pip install hermes-agent==0.19.0`)"
+/// Tests that run upstream hermes-agent itself: the `default` nextest profile leaves them out (a
+/// machine without Python still runs everything else), `--profile with-upstream` runs them, and
+/// there a missing upstream fails with the install instructions instead of passing unseen.
+mod with_upstream {
+    use super::*;
+
+    /// The command that runs upstream, split into words (program first).
+    fn upstream_command() -> Vec<String> {
+        let target = fixtures::upstream::upstream();
+        std::iter::once(target.program())
+            .chain(target.prefix_args())
+            .map(|word| word.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn upstream_reads_the_board_ours_wrote() {
+        let prefix = upstream_command();
+        let s = Scratch::new();
+        let parent = s.create("parent from the reference", &["--body", "with a body"]);
+        let child = s.create(
+            "child 🚀 \"quoted\"",
+            &["--parent", &parent, "--assignee", "default"],
         );
-        return;
-    };
-    let s = Scratch::new();
-    let parent = s.create("parent from the reference", &["--body", "with a body"]);
-    let child = s.create(
-        "child 🚀 \"quoted\"",
-        &["--parent", &parent, "--assignee", "default"],
-    );
-    let idea = s.create("an idea", &["--triage"]);
-    let gone = s.create("to be archived", &[]);
-    s.ok(&["kanban", "archive", &gone]);
+        let idea = s.create("an idea", &["--triage"]);
+        let gone = s.create("to be archived", &[]);
+        s.ok(&["kanban", "archive", &gone]);
 
-    let theirs = upstream(&s, &prefix, &["kanban", "list", "--json"]).json();
-    assert_eq!(ids(&theirs), [parent.clone(), child.clone(), idea.clone()]);
-    let by_id = |id: &str| {
-        theirs
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["id"] == id)
-            .cloned()
-            .unwrap()
-    };
-    assert_eq!(by_id(&child)["title"], "child 🚀 \"quoted\"");
-    assert_eq!(by_id(&child)["status"], "todo");
-    assert_eq!(by_id(&idea)["status"], "triage");
-    assert_eq!(by_id(&parent)["body"], "with a body");
-    let with_archived = upstream(&s, &prefix, &["kanban", "list", "--archived", "--json"]).json();
-    assert_eq!(with_archived.as_array().unwrap().len(), 4);
+        let theirs = upstream(&s, &prefix, &["kanban", "list", "--json"]).json();
+        assert_eq!(ids(&theirs), [parent.clone(), child.clone(), idea.clone()]);
+        let by_id = |id: &str| {
+            theirs
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["id"] == id)
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(by_id(&child)["title"], "child 🚀 \"quoted\"");
+        assert_eq!(by_id(&child)["status"], "todo");
+        assert_eq!(by_id(&idea)["status"], "triage");
+        assert_eq!(by_id(&parent)["body"], "with a body");
+        let with_archived =
+            upstream(&s, &prefix, &["kanban", "list", "--archived", "--json"]).json();
+        assert_eq!(with_archived.as_array().unwrap().len(), 4);
 
-    let shown = upstream(&s, &prefix, &["kanban", "show", &child, "--json"]).json();
-    let ours = s.json(&["kanban", "show", &child, "--json"]);
-    assert_eq!(shown["parents"], json!([parent]));
-    assert_eq!(shown["events"], ours["events"]);
-    // Our task object is upstream's plus nothing (this card has no decompose row).
-    assert_eq!(shown["task"], ours["task"]);
+        let shown = upstream(&s, &prefix, &["kanban", "show", &child, "--json"]).json();
+        let ours = s.json(&["kanban", "show", &child, "--json"]);
+        assert_eq!(shown["parents"], json!([parent]));
+        assert_eq!(shown["events"], ours["events"]);
+        // Our task object is upstream's plus nothing (this card has no decompose row).
+        assert_eq!(shown["task"], ours["task"]);
 
-    // A card upstream creates on our board reads back through ours.
-    let made = upstream(
-        &s,
-        &prefix,
-        &[
-            "kanban",
-            "create",
-            "made by upstream",
-            "--parent",
-            &parent,
-            "--json",
-        ],
-    )
-    .json();
-    let made_id = made["id"].as_str().unwrap();
-    let read = s.json(&["kanban", "show", made_id, "--json"]);
-    assert_eq!(read["task"]["title"], "made by upstream");
-    assert_eq!(read["task"]["status"], "todo");
-    assert_eq!(read["parents"], json!([parent]));
-    assert_eq!(read["events"][0]["kind"], "created");
+        // A card upstream creates on our board reads back through ours.
+        let made = upstream(
+            &s,
+            &prefix,
+            &[
+                "kanban",
+                "create",
+                "made by upstream",
+                "--parent",
+                &parent,
+                "--json",
+            ],
+        )
+        .json();
+        let made_id = made["id"].as_str().unwrap();
+        let read = s.json(&["kanban", "show", made_id, "--json"]);
+        assert_eq!(read["task"]["title"], "made by upstream");
+        assert_eq!(read["task"]["status"], "todo");
+        assert_eq!(read["parents"], json!([parent]));
+        assert_eq!(read["events"][0]["kind"], "created");
 
-    // Upstream's migrations left our own tables and rows alone.
-    let idea_now = s.json(&["kanban", "show", &idea, "--json"]);
-    assert_eq!(idea_now["task"]["decompose"]["attempts"], 0);
-    s.create("still writable", &[]);
+        // Upstream's migrations left our own tables and rows alone.
+        let idea_now = s.json(&["kanban", "show", &idea, "--json"]);
+        assert_eq!(idea_now["task"]["decompose"]["attempts"], 0);
+        s.create("still writable", &[]);
+    }
 }
