@@ -263,14 +263,14 @@ impl Store {
 }
 
 /// A card's decompose state row, if any.
-struct StateRow {
-    attempts: u32,
-    due_at_ms: Option<i64>,
-    parked_at_ms: Option<i64>,
-    opt_out: bool,
+pub(super) struct StateRow {
+    pub(super) attempts: u32,
+    pub(super) due_at_ms: Option<i64>,
+    pub(super) parked_at_ms: Option<i64>,
+    pub(super) opt_out: bool,
 }
 
-fn state_row(conn: &Connection, task_id: &str) -> Result<Option<StateRow>, StoreError> {
+pub(super) fn state_row(conn: &Connection, task_id: &str) -> Result<Option<StateRow>, StoreError> {
     conn.query_row(
         "SELECT attempts, due_at_ms, parked_at_ms, opt_out FROM hermes_decompose_state WHERE task_id = ?1",
         [task_id],

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::board::add_event;
+use super::decompose::{state_row, StateRow};
 use super::guards::{board_pause, unreachable_pause, PAUSE_KEY, UNREACHABLE_KEY};
 use super::{SqlResultExt, Status, Store, StoreError};
 
@@ -195,32 +196,6 @@ impl Store {
     }
 }
 
-/// The card's decompose state, if it has a row.
-struct State {
-    attempts: u32,
-    due_at_ms: Option<i64>,
-    parked_at_ms: Option<i64>,
-    opt_out: bool,
-}
-
-fn state(conn: &Connection, task_id: &str) -> Result<Option<State>, StoreError> {
-    conn.query_row(
-        "SELECT attempts, due_at_ms, parked_at_ms, opt_out FROM hermes_decompose_state
-         WHERE task_id = ?1",
-        [task_id],
-        |r| {
-            Ok(State {
-                attempts: r.get(0)?,
-                due_at_ms: r.get(1)?,
-                parked_at_ms: r.get(2)?,
-                opt_out: r.get::<_, i64>(3)? != 0,
-            })
-        },
-    )
-    .optional()
-    .sql("reading the card's decompose state")
-}
-
 fn status(conn: &Connection, task_id: &str) -> Result<Option<String>, StoreError> {
     conn.query_row("SELECT status FROM tasks WHERE id = ?1", [task_id], |r| {
         r.get(0)
@@ -245,7 +220,7 @@ fn unpark(
             status,
         }));
     }
-    let state = state(tx, task_id)?;
+    let state = state_row(tx, task_id)?;
     let attempts = state.as_ref().map_or(0, |s| s.attempts);
     let Some(state) = state.filter(|s| s.parked_at_ms.is_some() || s.attempts >= max_attempts)
     else {
@@ -307,10 +282,10 @@ fn set_auto_decompose(
     let Some(status) = status(tx, task_id)? else {
         return Err(StoreError::NoSuchTask(task_id.to_owned()));
     };
-    let before = state(tx, task_id)?;
+    let before = state_row(tx, task_id)?;
     // A card without a state row has never been opted out.
     let was_enabled = before.as_ref().is_none_or(|s| !s.opt_out);
-    let unchanged = |state: Option<&State>| AutoDecomposeSwitch {
+    let unchanged = |state: Option<&StateRow>| AutoDecomposeSwitch {
         task_id: task_id.to_owned(),
         enabled,
         changed: false,
