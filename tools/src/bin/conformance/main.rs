@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use fixtures::verdict::records_file_in;
 use tools::report::{format_seconds, today, Report, TargetRun};
 use tools::upstream::{self, Source};
 use tools::workspace::Workspace;
@@ -313,7 +314,7 @@ fn remove_stale(path: &Path) -> anyhow::Result<()> {
 
 /// Runs the suite on one target, showing progress, and collects what it left behind.
 fn run_target(ws: &Workspace, plan: &Plan, nextest_args: &[String]) -> anyhow::Result<TargetRun> {
-    let verdict_file = verdicts::file_in(&ws.target_dir, &plan.name);
+    let verdict_file = records_file_in(&ws.target_dir, &plan.name);
     let junit = junit_path(ws, plan.profile);
     remove_stale(&verdict_file)?;
     remove_stale(&junit)?;
@@ -421,7 +422,7 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
             junit.display()
         );
     }
-    let verdicts = verdicts::read(&verdicts::file_in(&ws.target_dir, &plan.name))?;
+    let verdicts = verdicts::read(&records_file_in(&ws.target_dir, &plan.name))?;
     let measured = seconds.is_some();
     let seconds = seconds.unwrap_or_else(|| {
         cases
