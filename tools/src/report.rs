@@ -206,8 +206,8 @@ impl Report {
                     }
                 }
                 Row {
-                    package: crate::key::package_of(&key).to_owned(),
-                    scenario: crate::key::scenario(&key, has_case),
+                    package: fixtures::verdict::package_of(&key).to_owned(),
+                    scenario: scenario(&key, has_case),
                     key,
                     bounds,
                     cells,
@@ -408,6 +408,34 @@ impl Report {
     }
 }
 
+/// A test key as people read it: `gateway-tests::seed::failing_card::http_500` →
+/// `seed › failing card (http 500)` when nextest's name ended in an rstest case,
+/// `[reference only]` for reference-only modules.
+pub fn scenario(key: &str, had_case: bool) -> String {
+    let path = key.split_once("::").map_or(key, |(_, path)| path);
+    let mut segments: Vec<&str> = path.split("::").collect();
+    let reference_only = segments.contains(&"reference_only");
+    segments.retain(|s| *s != "reference_only");
+    let case = if had_case && segments.len() > 1 {
+        segments.pop()
+    } else {
+        None
+    };
+    let words = |s: &str| s.replace('_', " ");
+    let mut text = segments
+        .iter()
+        .map(|s| words(s))
+        .collect::<Vec<_>>()
+        .join(" › ");
+    if reference_only {
+        text.push_str(" [reference only]");
+    }
+    if let Some(case) = case {
+        text.push_str(&format!(" ({})", words(case)));
+    }
+    text
+}
+
 /// Text safe inside a Markdown table cell.
 fn cell_text(text: &str) -> String {
     text.replace('|', "\\|").replace(['\n', '\r'], " ")
@@ -543,6 +571,22 @@ mod tests {
     #[test]
     fn table_cells_stay_one_cell_on_one_line() {
         assert_eq!(cell_text("a|b\nc"), "a\\|b c");
+    }
+
+    #[test]
+    fn scenarios_read_as_words() {
+        assert_eq!(
+            scenario("gateway-tests::seed::failing_card::http_500", true),
+            "seed › failing card (http 500)"
+        );
+        assert_eq!(
+            scenario("gateway-tests::seed::failing_card::case_2", true),
+            "seed › failing card (case 2)"
+        );
+        assert_eq!(
+            scenario("cli-tests::reference_only::ledger_is_kept", false),
+            "ledger is kept [reference only]"
+        );
     }
 
     #[test]

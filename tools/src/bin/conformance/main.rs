@@ -21,11 +21,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
-use fixtures::verdict::records_file_in;
-use tools::report::{format_seconds, today, Report, TargetRun};
+use fixtures::verdict::{package_of, records_file_in};
+use tools::report::{format_seconds, scenario, today, Report, TargetRun};
 use tools::upstream::{self, Source};
 use tools::workspace::Workspace;
-use tools::{junit, key, progress, verdicts, REFERENCE};
+use tools::{junit, progress, verdicts, REFERENCE};
 
 /// Prove the billing bounds of each gateway and print them side by side.
 #[derive(Debug, Parser)]
@@ -413,7 +413,7 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
     // the table is about the conformance suite.
     let cases: Vec<junit::Case> = junit::read(&junit)?
         .into_iter()
-        .filter(|case| SUITE_PACKAGES.contains(&key::package_of(&case.key)))
+        .filter(|case| SUITE_PACKAGES.contains(&package_of(&case.key)))
         .collect();
     if cases.is_empty() {
         bail!(
@@ -508,8 +508,8 @@ impl Progress {
         let Some(status) = progress::parse(line) else {
             return;
         };
-        let package = key::package_of(&status.key);
-        let scenario = key::scenario(&status.key, status.has_case);
+        let package = package_of(&status.key);
+        let scenario = scenario(&status.key, status.has_case);
         let secs = status
             .seconds
             .map(|s| format!("{s:>6.1}s"))
