@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use quick_junit::{Report, TestCaseStatus};
 
-use crate::key;
+use fixtures::verdict::{ends_in_case, test_key_of_junit};
 
 /// One `<testcase>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +61,8 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Case>> {
                 }
             };
             cases.push(Case {
-                key: key::of_junit(&classname, &name),
-                has_case: key::has_case(&name),
+                key: test_key_of_junit(&classname, &name),
+                has_case: ends_in_case(&name),
                 name,
                 passed,
                 failure,

@@ -5,14 +5,12 @@
 //! |---|---|
 //! | [`workspace`] | the workspace's root and target dir, and nested cargo calls |
 //! | [`upstream`] | upstream hermes-agent builds (pinned, or a fix under review) in their own venvs |
-//! | [`key`] | the gate key of a test, as nextest and the verdict records name it |
 //! | [`junit`] | nextest's JUnit report, read with `quick-junit` |
-//! | [`verdicts`] | the verdict records the suite writes, one JSON line per verdict |
+//! | [`verdicts`] | the verdict records (`fixtures::verdict::Record`) read back, and shown as the report shows them |
 //! | [`progress`] | nextest's status lines turned into "which test, how many left" |
 //! | [`report`] | the runs laid out: terminal summary, Markdown table, JSON |
 
 pub mod junit;
-pub mod key;
 pub mod progress;
 pub mod report;
 pub mod upstream;

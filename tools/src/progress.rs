@@ -6,9 +6,8 @@
 
 use std::sync::OnceLock;
 
+use fixtures::verdict::{ends_in_case, test_key_of_junit};
 use regex::Regex;
-
-use crate::key;
 
 /// One status line.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,8 +57,8 @@ pub fn parse(line: &str) -> Option<Status> {
         seconds: caps.name("secs").and_then(|m| m.as_str().parse().ok()),
         done: number("done"),
         total: number("total"),
-        key: key::of_junit(binary, test),
-        has_case: key::has_case(test),
+        key: test_key_of_junit(binary, test),
+        has_case: ends_in_case(test),
     })
 }
 

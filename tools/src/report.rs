@@ -8,10 +8,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use fixtures::verdict::{Outcome, Record};
 use serde_json::{json, Value};
 
 use crate::junit::Case;
-use crate::verdicts::{short, Outcome, Verdict};
+use crate::verdicts::{listed_label, short, Shown as _};
 
 /// What one target's run left behind.
 #[derive(Debug, Clone)]
@@ -23,7 +24,7 @@ pub struct TargetRun {
     /// The gap list in force (`none`, a list name or a file).
     pub gap_list: String,
     pub cases: Vec<Case>,
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Vec<Record>,
     /// Wall time of the run.
     pub seconds: f64,
 }
@@ -60,7 +61,7 @@ pub struct Cell {
     pub figures: Vec<String>,
     /// Why it failed, for a `FAIL`.
     pub why: Option<String>,
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Vec<Record>,
 }
 
 impl Cell {
@@ -205,8 +206,8 @@ impl Report {
                     }
                 }
                 Row {
-                    package: crate::key::package_of(&key).to_owned(),
-                    scenario: crate::key::scenario(&key, has_case),
+                    package: fixtures::verdict::package_of(&key).to_owned(),
+                    scenario: scenario(&key, has_case),
                     key,
                     bounds,
                     cells,
@@ -407,6 +408,34 @@ impl Report {
     }
 }
 
+/// A test key as people read it: `gateway-tests::seed::failing_card::http_500` →
+/// `seed › failing card (http 500)` when nextest's name ended in an rstest case,
+/// `[reference only]` for reference-only modules.
+pub fn scenario(key: &str, had_case: bool) -> String {
+    let path = key.split_once("::").map_or(key, |(_, path)| path);
+    let mut segments: Vec<&str> = path.split("::").collect();
+    let reference_only = segments.contains(&"reference_only");
+    segments.retain(|s| *s != "reference_only");
+    let case = if had_case && segments.len() > 1 {
+        segments.pop()
+    } else {
+        None
+    };
+    let words = |s: &str| s.replace('_', " ");
+    let mut text = segments
+        .iter()
+        .map(|s| words(s))
+        .collect::<Vec<_>>()
+        .join(" › ");
+    if reference_only {
+        text.push_str(" [reference only]");
+    }
+    if let Some(case) = case {
+        text.push_str(&format!(" ({})", words(case)));
+    }
+    text
+}
+
 /// Text safe inside a Markdown table cell.
 fn cell_text(text: &str) -> String {
     text.replace('|', "\\|").replace(['\n', '\r'], " ")
@@ -423,19 +452,19 @@ pub fn format_seconds(seconds: f64) -> String {
 
 fn cell(run: &TargetRun, key: &str) -> Cell {
     let case = run.cases.iter().find(|c| c.key == key);
-    let verdicts: Vec<Verdict> = run
+    let verdicts: Vec<Record> = run
         .verdicts
         .iter()
         .filter(|v| v.test == key)
         .cloned()
         .collect();
-    let of = |outcomes: &[Outcome]| -> Vec<&Verdict> {
+    let of = |outcomes: &[Outcome]| -> Vec<&Record> {
         verdicts
             .iter()
             .filter(|v| outcomes.contains(&v.outcome))
             .collect()
     };
-    let figures = |shown: &[&Verdict]| -> Vec<String> {
+    let figures = |shown: &[&Record]| -> Vec<String> {
         let mut figures: Vec<String> = shown.iter().map(|v| v.figure()).collect();
         let rest = verdicts.len() - shown.len();
         if rest > 0 && !figures.is_empty() {
@@ -450,7 +479,7 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
         .filter(|c| !c.passed)
         .map(|c| c.failure.clone().unwrap_or_else(|| "failed".to_owned()));
 
-    let (mark, label, shown, why): (Mark, String, Vec<&Verdict>, Option<String>) =
+    let (mark, label, shown, why): (Mark, String, Vec<&Record>, Option<String>) =
         if case.is_none() && verdicts.is_empty() {
             (Mark::NotRun, "n/a".to_owned(), vec![], None)
         } else if let Some(first) = failing.first() {
@@ -493,7 +522,7 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
         } else {
             // A passing cell shows its time-bound verdict first: that is the one with a window
             // worth reading.
-            let shown: Vec<&Verdict> = verdicts
+            let shown: Vec<&Record> = verdicts
                 .iter()
                 .filter(|v| v.window.is_some())
                 .take(1)
@@ -511,13 +540,13 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
     }
 }
 
-fn listed_labels(verdicts: &[&Verdict]) -> String {
+fn listed_labels(verdicts: &[&Record]) -> String {
     let mut labels: Vec<String> = Vec::new();
     for verdict in verdicts {
         let label = verdict
             .listed
             .as_ref()
-            .map_or_else(|| verdict.kind.clone(), |l| l.label());
+            .map_or_else(|| verdict.kind.to_string(), listed_label);
         if !labels.contains(&label) {
             labels.push(label);
         }
@@ -542,6 +571,22 @@ mod tests {
     #[test]
     fn table_cells_stay_one_cell_on_one_line() {
         assert_eq!(cell_text("a|b\nc"), "a\\|b c");
+    }
+
+    #[test]
+    fn scenarios_read_as_words() {
+        assert_eq!(
+            scenario("gateway-tests::seed::failing_card::http_500", true),
+            "seed › failing card (http 500)"
+        );
+        assert_eq!(
+            scenario("gateway-tests::seed::failing_card::case_2", true),
+            "seed › failing card (case 2)"
+        );
+        assert_eq!(
+            scenario("cli-tests::reference_only::ledger_is_kept", false),
+            "ledger is kept [reference only]"
+        );
     }
 
     #[test]

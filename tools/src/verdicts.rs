@@ -1,119 +1,28 @@
-//! The verdict records the suite writes: one JSON line per verdict a test reaches, in
-//! `<cargo target dir>/conformance/verdicts/<target>.jsonl` (interfaces §1).
+//! The verdict records as the report reads and shows them. The records are
+//! [`fixtures::verdict::Record`]s, the type the tests write them with, in the file
+//! [`fixtures::verdict::records_file_in`] names (interfaces §1); what is here is reading a whole
+//! file, and the words a report cell shows for a record.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context as _;
-use serde::{Deserialize, Serialize};
+use fixtures::verdict::{Cmp, ListedGap, Record};
 
-/// `<target dir>/conformance/verdicts`.
-pub fn dir_in(target_dir: &Path) -> PathBuf {
-    target_dir.join("conformance").join("verdicts")
-}
-
-/// `<target dir>/conformance/verdicts/<target>.jsonl`.
-pub fn file_in(target_dir: &Path, target: &str) -> PathBuf {
-    dir_in(target_dir).join(format!("{target}.jsonl"))
-}
-
-/// How a verdict ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The bound held, nothing listed.
-    Pass,
-    /// The bound held although the gap list names a gap for it: fixed?
-    Fixed,
-    /// The bound failed as the gap list says it would.
-    KnownGap,
-    /// The bound failed, a listing exists, but the kind or pattern differ.
-    Mismatch,
-    /// The bound failed and nothing is listed.
-    Fail,
-}
-
-impl Outcome {
-    /// Whether the verdict fails its test.
-    pub fn fails(self) -> bool {
-        matches!(self, Outcome::Mismatch | Outcome::Fail)
-    }
-}
-
-/// How `observed` is compared with `limit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cmp {
-    AtMost,
-    AtLeast,
-    Exactly,
-}
-
-impl Cmp {
-    pub fn symbol(self) -> &'static str {
-        match self {
-            Cmp::AtMost => "≤",
-            Cmp::AtLeast => "≥",
-            Cmp::Exactly => "=",
-        }
-    }
-}
-
-/// The gap-list entry that matched a verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Listed {
-    pub kind: String,
-    #[serde(default)]
-    pub pattern: String,
-    #[serde(default)]
-    pub issue: Option<u64>,
-    #[serde(default)]
-    pub reason: String,
-}
-
-impl Listed {
-    /// `#118872`, or the reason when the gap has no upstream issue.
-    pub fn label(&self) -> String {
-        match self.issue {
-            Some(issue) => format!("#{issue}"),
-            None => short(&self.reason, 40),
-        }
-    }
-}
-
-/// One verdict line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Verdict {
-    pub target: String,
-    #[serde(default)]
-    pub gap_list: String,
-    pub test: String,
-    /// Which promise: `B1`…`B9`, `cli`, `gateway`, `reply` or `switch`.
-    pub bound: String,
-    pub what: String,
-    pub observed: u64,
-    pub cmp: Cmp,
-    pub limit: u64,
-    #[serde(default)]
-    pub window: Option<String>,
-    pub outcome: Outcome,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub message: Option<String>,
-    #[serde(default)]
-    pub listed: Option<Listed>,
-    #[serde(default)]
-    pub interrupted: Option<String>,
-}
-
-impl Verdict {
+/// How a report cell shows a record.
+pub trait Shown {
     /// `bills for doomed card 14 (≤ 3) over 7 proven ticks, 8.2 s`.
-    pub fn figure(&self) -> String {
+    fn figure(&self) -> String;
+    /// For a `mismatch`: what the list expected and what was seen.
+    fn mismatch_text(&self) -> Option<String>;
+}
+
+impl Shown for Record {
+    fn figure(&self) -> String {
         let mut text = format!(
             "{} {} ({} {})",
             self.what,
             self.observed,
-            self.cmp.symbol(),
+            symbol(self.cmp),
             self.limit
         );
         if let Some(window) = self.window.as_deref().filter(|w| !w.is_empty()) {
@@ -126,8 +35,7 @@ impl Verdict {
         text
     }
 
-    /// For a `mismatch`: what the list expected and what was seen.
-    pub fn mismatch_text(&self) -> Option<String> {
+    fn mismatch_text(&self) -> Option<String> {
         let listed = self.listed.as_ref()?;
         let issue = listed.issue.map(|i| format!(" #{i}")).unwrap_or_default();
         Some(format!(
@@ -140,9 +48,26 @@ impl Verdict {
     }
 }
 
+/// `≤`, `≥` or `=`.
+pub fn symbol(cmp: Cmp) -> &'static str {
+    match cmp {
+        Cmp::AtMost => "≤",
+        Cmp::AtLeast => "≥",
+        Cmp::Exactly => "=",
+    }
+}
+
+/// `#118872`, or the reason when the gap has no upstream issue.
+pub fn listed_label(listed: &ListedGap) -> String {
+    match listed.issue {
+        Some(issue) => format!("#{issue}"),
+        None => short(&listed.reason, 40),
+    }
+}
+
 /// Reads a verdict file; a missing file is no verdicts (the run reached none). A line that is
 /// not a verdict is an error naming the file and line: a report must not quietly drop verdicts.
-pub fn read(path: &Path) -> anyhow::Result<Vec<Verdict>> {
+pub fn read(path: &Path) -> anyhow::Result<Vec<Record>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -152,7 +77,15 @@ pub fn read(path: &Path) -> anyhow::Result<Vec<Verdict>> {
 }
 
 /// Parses verdict lines (blank lines are allowed).
-pub fn parse(text: &str) -> anyhow::Result<Vec<Verdict>> {
+///
+/// Each line is read as strictly as `Record`'s own `Deserialize`: every field but the optional
+/// ones is required, and a kind must be a `GapKind` of this build. The lines were written by this
+/// build's tests with this same type, and a run clears its target's file before it starts, so a
+/// line this type cannot read is not one of them: a torn or edited line, or one left by another
+/// build (a `--no-run` over an old target dir). Laying it out anyway would show a verdict under a
+/// kind no gap list of this build can name; refusing it names the file and line, and a rerun
+/// writes records this build can read.
+pub fn parse(text: &str) -> anyhow::Result<Vec<Record>> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
@@ -182,6 +115,8 @@ pub fn short(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fixtures::gaps::{GapKind, GapList};
+    use fixtures::verdict::{bound, records_dir_in, records_file_in, Judge, Outcome};
 
     const KNOWN_GAP: &str = r#"{"target":"upstream","gap_list":"upstream-0.19.0","test":"gateway-tests::seed::failing_triage_card_is_not_rebilled_every_tick::malformed","bound":"B1","what":"bills for doomed card","observed":14,"cmp":"at_most","limit":3,"window":"7 proven ticks, 8.2 s","outcome":"known_gap","kind":"RebilledEveryTick","message":"doomed card billed 14 aux decompose calls","listed":{"kind":"RebilledEveryTick","pattern":"doomed card billed \\d+","issue":118872,"reason":"re-billed every tick"},"interrupted":null}"#;
 
@@ -195,7 +130,7 @@ mod tests {
             v.figure(),
             "bills for doomed card 14 (≤ 3) over 7 proven ticks, 8.2 s"
         );
-        assert_eq!(v.listed.as_ref().unwrap().label(), "#118872");
+        assert_eq!(listed_label(v.listed.as_ref().unwrap()), "#118872");
     }
 
     #[test]
@@ -208,6 +143,44 @@ mod tests {
     }
 
     #[test]
+    fn a_kind_this_build_does_not_know_is_refused() {
+        let renamed = KNOWN_GAP.replace(
+            r#""kind":"RebilledEveryTick","message""#,
+            r#""kind":"RebilledForever","message""#,
+        );
+        assert_ne!(renamed, KNOWN_GAP);
+        let error = format!(
+            "{:#}",
+            parse(&format!("{KNOWN_GAP}\n{renamed}")).unwrap_err()
+        );
+        assert!(error.contains("line 2"), "{error}");
+        assert!(error.contains("RebilledForever"), "{error}");
+    }
+
+    #[test]
+    fn what_a_judge_appends_reads_back_from_the_file_the_report_reads() {
+        let target_dir = tempfile::tempdir().unwrap();
+        let judge = Judge::new(
+            "reference",
+            GapList::none(),
+            records_dir_in(target_dir.path()),
+            "gateway-tests::seed::x::http_500",
+        );
+        let outcome = bound("bills for doomed card", 2u64)
+            .at_most(3u64)
+            .over("9 proven ticks, 3.9 s")
+            .judged_by(&judge, GapKind::RebilledEveryTick);
+        assert_eq!(outcome, Outcome::Pass);
+        let records = read(&records_file_in(target_dir.path(), "reference")).unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].test, "gateway-tests::seed::x::http_500");
+        assert_eq!(
+            records[0].figure(),
+            "bills for doomed card 2 (≤ 3) over 9 proven ticks, 3.9 s"
+        );
+    }
+
+    #[test]
     fn a_missing_file_is_no_verdicts() {
         let dir = tempfile::tempdir().unwrap();
         assert!(read(&dir.path().join("none.jsonl")).unwrap().is_empty());
@@ -217,5 +190,20 @@ mod tests {
     fn short_cuts_at_the_limit_and_not_before() {
         assert_eq!(short("abcde", 5), "abcde");
         assert_eq!(short("abcdef", 5), "abcd…");
+    }
+
+    #[test]
+    fn comparisons_and_listings_read_as_the_report_shows_them() {
+        assert_eq!(
+            [Cmp::AtMost, Cmp::AtLeast, Cmp::Exactly].map(symbol),
+            ["≤", "≥", "="]
+        );
+        let listed = ListedGap {
+            kind: GapKind::WrongExitCode,
+            pattern: "exit code".to_owned(),
+            issue: None,
+            reason: "usage errors exit 0".to_owned(),
+        };
+        assert_eq!(listed_label(&listed), "usage errors exit 0");
     }
 }

@@ -113,7 +113,7 @@ fn cells_carry_counts_bounds_windows_and_reasons() {
     let text = mismatch.cells[1].text();
     assert!(text.starts_with("FAIL · bills while provider paused 12 (≤ 1) over 60 s (cut short: cards did not leave triage within 60 s)"), "{text}");
     assert!(
-        text.contains("listed ProviderNotPaused /bills while paused: \\d+/, seen RebilledEveryTick: cards still in triage"),
+        text.contains("listed ProviderFaultNotPaused /bills while paused: \\d+/, seen RebilledEveryTick: cards still in triage"),
         "a mismatch says what was listed and what was seen: {text}"
     );
     assert_eq!(mismatch.cells[0].mark, Mark::NotRun);

@@ -21,10 +21,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
-use tools::report::{format_seconds, today, Report, TargetRun};
+use fixtures::verdict::{package_of, records_file_in};
+use tools::report::{format_seconds, scenario, today, Report, TargetRun};
 use tools::upstream::{self, Source};
 use tools::workspace::Workspace;
-use tools::{junit, key, progress, verdicts, REFERENCE};
+use tools::{junit, progress, verdicts, REFERENCE};
 
 /// Prove the billing bounds of each gateway and print them side by side.
 #[derive(Debug, Parser)]
@@ -313,7 +314,7 @@ fn remove_stale(path: &Path) -> anyhow::Result<()> {
 
 /// Runs the suite on one target, showing progress, and collects what it left behind.
 fn run_target(ws: &Workspace, plan: &Plan, nextest_args: &[String]) -> anyhow::Result<TargetRun> {
-    let verdict_file = verdicts::file_in(&ws.target_dir, &plan.name);
+    let verdict_file = records_file_in(&ws.target_dir, &plan.name);
     let junit = junit_path(ws, plan.profile);
     remove_stale(&verdict_file)?;
     remove_stale(&junit)?;
@@ -412,7 +413,7 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
     // the table is about the conformance suite.
     let cases: Vec<junit::Case> = junit::read(&junit)?
         .into_iter()
-        .filter(|case| SUITE_PACKAGES.contains(&key::package_of(&case.key)))
+        .filter(|case| SUITE_PACKAGES.contains(&package_of(&case.key)))
         .collect();
     if cases.is_empty() {
         bail!(
@@ -421,7 +422,7 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
             junit.display()
         );
     }
-    let verdicts = verdicts::read(&verdicts::file_in(&ws.target_dir, &plan.name))?;
+    let verdicts = verdicts::read(&records_file_in(&ws.target_dir, &plan.name))?;
     let measured = seconds.is_some();
     let seconds = seconds.unwrap_or_else(|| {
         cases
@@ -507,8 +508,8 @@ impl Progress {
         let Some(status) = progress::parse(line) else {
             return;
         };
-        let package = key::package_of(&status.key);
-        let scenario = key::scenario(&status.key, status.has_case);
+        let package = package_of(&status.key);
+        let scenario = scenario(&status.key, status.has_case);
         let secs = status
             .seconds
             .map(|s| format!("{s:>6.1}s"))
