@@ -396,18 +396,24 @@ fn a_request_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
     assert_eq!(ledger_outcomes(&scratch.db(), &card), ["in_flight"]);
 
     let mut restarted = Gateway::start(&scratch);
+    // The row is closed before the WARN about it is written: wait for both.
     wait_until(
-        "the row to be closed",
-        || ledger_outcomes(&scratch.db(), &card) == ["unknown"],
+        "the row to be closed and reported",
+        || {
+            ledger_outcomes(&scratch.db(), &card) == ["unknown"]
+                && restarted.count("as `unknown` (maybe billed") >= 1
+        },
         || restarted.log(),
     );
+    // Not a stand-in for a condition: nothing may happen in this span (ten ticks), which is
+    // what is being watched.
+    std::thread::sleep(Duration::from_millis(1_000));
     assert_eq!(
         restarted.count("as `unknown` (maybe billed"),
         1,
-        "{}",
+        "reported once\n{}",
         restarted.log()
     );
-    std::thread::sleep(Duration::from_millis(1_000));
     assert_eq!(provider.billed_for(&card), 1, "never billed again (B1)");
     assert_eq!(status(&scratch.db(), &card), "triage");
     let usage = usage(&scratch);
