@@ -1,13 +1,17 @@
 //! A provider that cannot be reached costs nothing (SPEC B5): a sweep and a person's decompose
 //! made while nothing listens on the provider's port spend no card's budget, so once the
-//! provider is back the card is decomposed, with one bill.
+//! provider is back the card is decomposed, with one bill. The same holds for a host that never
+//! answers the connection at all (its listen queue is full): the call ends when connecting gives
+//! up, as a provider that could not be reached, not as a timed-out (maybe paid) call. A host that
+//! answers the connection only on the second try, a second late, is reached.
 //!
 //! The budget is one attempt, so a target that charged the card for the outage would have parked
 //! it, and no sweep would decompose it afterwards.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fixtures::prelude::*;
+use fixtures::relay::Relay;
 use rstest::rstest;
 
 use crate::{decompose_all, decompose_card, Decomposition};
@@ -105,4 +109,127 @@ fn provider_back_after_an_outage_decomposes_the_card_with_one_bill() {
     )
     .context(|| tried_down.output.to_string())
     .gap(GapKind::UnclearRefusal);
+}
+
+/// The bound on one decompose call against a host that never answers the connection: short, so
+/// that a target which waits for the whole call instead of giving up connecting still ends soon.
+const NEVER_ACCEPTED_CALL_TIMEOUT: f64 = 2.0;
+
+/// How long a sweep may take, start-up included, against a host that never answers the
+/// connection: its call timeout and room for a loaded machine.
+const NEVER_ACCEPTED_SWEEP_BOUND: Duration = Duration::from_secs(7);
+
+/// When the test stops a sweep that still waits on that host (a target that ignores the call
+/// timeout): the timing verdict then fails, and the test goes on.
+const NEVER_ACCEPTED_SWEEP_LIMIT: Duration = Duration::from_secs(20);
+
+/// `config` with the provider's base URL at `base_url`.
+fn through(config: Config, base_url: &str) -> Config {
+    config.yaml(&format!("model:\n  base_url: {base_url}\n"))
+}
+
+#[rstest]
+fn a_host_that_never_answers_the_connection_is_unreachable_and_costs_nothing() {
+    let settings = one_attempt().call_timeout(NEVER_ACCEPTED_CALL_TIMEOUT);
+    let board = Board::new(settings.clone());
+    let aux = board.aux();
+    let silent = Relay::unaccepted(aux);
+    board.reconfigure(through(settings.clone(), &silent.base_url()));
+    let card = board.create("waits out a host that never answers", &["--triage"]);
+    aux.reply(&card, Reply::graph(2, &[]));
+
+    let started = Instant::now();
+    let swept_down = board.cli_within(
+        ["kanban", "decompose", "--all", "--json"],
+        NEVER_ACCEPTED_SWEEP_LIMIT,
+    );
+    let took = started.elapsed();
+    let attempts_spent = board
+        .reads(Setting::MaxAttempts)
+        .then(|| board.rows().attempts(&card));
+    silent.accept();
+    let mut after: Vec<Decomposition> = Vec::new();
+    let back = try_wait_until(
+        || {
+            after.push(decompose_all(&board));
+            board.rows().decomposition_visible(&card)
+        },
+        back_timeout(board.target()),
+        "a sweep to decompose the card once the host answers",
+    );
+
+    let transcript = || {
+        let last = after
+            .last()
+            .map(|sweep| sweep.output.to_string())
+            .unwrap_or_default();
+        format!(
+            "{swept_down}\nlast sweep after the host answered ({} in all):\n{last}",
+            after.len()
+        )
+    };
+    bound(
+        "ms a sweep waited on a host that never answers the connection",
+        u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+    )
+    .at_most(u64::try_from(NEVER_ACCEPTED_SWEEP_BOUND.as_millis()).unwrap_or(u64::MAX))
+    .note(|| board.setting(Setting::CallTimeout))
+    .context(|| swept_down.to_string())
+    .gap(GapKind::CallTimeoutIgnored);
+    if let Some(attempts) = attempts_spent {
+        bound(
+            "attempts counted while the host never answered the connection",
+            attempts,
+        )
+        .at_most(0)
+        .context(|| format!("{swept_down}\n{}", board.diag(&card)))
+        .gap(GapKind::UnreachableCharged);
+    }
+    let mut bills = bound(
+        "bills for the card once the host answers",
+        aux.billed_for(&card),
+    )
+    .exactly(1)
+    .note(|| board.setting(Setting::MaxAttempts))
+    .context(|| format!("{}\n{}", transcript(), board.diag(&card)));
+    if let Err(timeout) = &back {
+        bills = bills.interrupted_by(timeout);
+    }
+    bills.gap(GapKind::UnreachableCharged);
+}
+
+/// A call bound whose connect share (half of it, on the reference) outlasts the second try of a
+/// connection: a SYN is sent again after one second.
+const SLOW_ACCEPT_CALL_TIMEOUT: f64 = 4.0;
+
+#[rstest]
+fn a_host_that_answers_the_connection_a_second_late_is_reached() {
+    let settings = one_attempt().call_timeout(SLOW_ACCEPT_CALL_TIMEOUT);
+    let board = Board::new(settings.clone());
+    let aux = board.aux();
+    let late = Relay::accepting_after_first_syn(aux);
+    board.reconfigure(through(settings, &late.base_url()));
+    let card = board.create("asks a host slow to answer", &["--triage"]);
+    aux.reply(&card, Reply::graph(2, &[]));
+
+    let run = decompose_card(&board, &card);
+
+    bound(
+        "requests for one decompose through a host slow to answer",
+        aux.billed_for(&card),
+    )
+    .exactly(1)
+    .note(|| board.setting(Setting::CallTimeout))
+    .context(|| run.output.to_string())
+    .gap(GapKind::NotOneRequest);
+    let mut findings = Findings::new();
+    findings.equal("ok", &run.ok(), &Some(true)).equal(
+        "children",
+        &board.rows().children_of(&card).len(),
+        &2,
+    );
+    findings
+        .verdict("the decompose through a host slow to answer is applied")
+        .context(|| format!("{}\n{}", run.output, board.diag(&card)))
+        .gap(GapKind::ReplyNotApplied);
 }
