@@ -236,3 +236,30 @@ fn hostile_titles_survive_into_child_rows(board: Board) {
         BoardRows::capture(&board, &[&root])
     );
 }
+
+/// A stream whose last line is `data: [DONE]` with no line end at all: no blank line closes the
+/// final event, and no chunk carries a finish reason, so only the `[DONE]` says it is complete.
+#[rstest]
+fn a_stream_ended_by_a_bare_final_done_is_applied(board: Board) {
+    let aux = board.aux();
+    let root = board.create("streamed to its last byte", &["--triage"]);
+    let body = format!(
+        "{}data: [DONE]",
+        sse_content_event(&graph_value(2, &[]).to_string())
+    );
+    aux.reply(&root, Reply::raw(200, "text/event-stream", body));
+
+    let run = decompose_card(&board, &root);
+
+    judge_one_good_request(&board, &root, &run);
+    let mut findings = Findings::new();
+    findings.equal("ok", &run.ok(), &Some(true)).equal(
+        "children",
+        &board.rows().children_of(&root).len(),
+        &2,
+    );
+    findings
+        .verdict("a stream ended by a bare final [DONE] is applied")
+        .context(|| format!("{}\n{}", run.output, board.diag(&root)))
+        .gap(GapKind::ReplyNotApplied);
+}

@@ -25,6 +25,17 @@ fn titled(title: &str) -> serde_json::Value {
     contract_task(title, json!([]))
 }
 
+/// A stream whose first event carries a whole, valid graph, and whose second event is cut off
+/// in the middle of its JSON: the connection ended before the stream said it was complete.
+fn cut_mid_event() -> Reply {
+    let whole = sse_content_event(&graph_value(2, &[]).to_string());
+    Reply::raw(
+        200,
+        "text/event-stream",
+        format!("{whole}data: {{\"choices\":[{{\"delta\":{{\"content\""),
+    )
+}
+
 #[rstest]
 #[case::cycle("a parent cycle", pair(json!([1]), json!([0])))]
 #[case::self_parent("a self-parent", pair(json!([0]), json!([])))]
@@ -50,6 +61,10 @@ fn titled(title: &str) -> serde_json::Value {
     }))
 )]
 #[case::not_json("a non-JSON", Reply::malformed())]
+#[case::stream_cut_mid_event(
+    "a stream cut in the middle of an event, after a whole graph,",
+    cut_mid_event()
+)]
 fn rejected_reply_leaves_the_board_unchanged(
     #[case] fault: &str,
     #[case] reply: Reply,
