@@ -19,6 +19,8 @@ mod misconfiguration;
 mod records;
 mod recovery;
 
+use std::time::{Duration, Instant};
+
 use fixtures::prelude::*;
 use fixtures::snapshot::{BoardRows, Redactor};
 use rstest::rstest;
@@ -461,4 +463,48 @@ fn http_500_is_retried_within_one_attempt(#[case] retries: u32) {
         ),
         AttemptRecords::capture(&board, &root)
     );
+}
+
+/// How long the first decompose's reply is held in the claim test: long enough for the second
+/// decompose to start and finish meanwhile, even on a loaded machine.
+const CLAIM_HOLD: Duration = Duration::from_secs(3);
+
+/// A card in flight in a process whose life cannot be checked from here (another host sharing
+/// the board) stays claimed for the whole span its attempt may send in: a second decompose of it
+/// is refused without a request, however long the first one's call takes.
+#[rstest]
+fn a_claim_from_another_host_holds_the_card_for_its_attempts_span(board: Board) {
+    let aux = board.aux();
+    let card = board.create("in flight on another host", &["--triage"]);
+    aux.reply(&card, Reply::graph(2, &[]).delayed(CLAIM_HOLD));
+
+    let (first, second, done_at) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| decompose_card(&board, &card));
+        wait_until(
+            || aux.billed_for(&card) > 0,
+            board.target().cli_timeout(&["decompose"]),
+            "the first decompose's request",
+        );
+        let claimed = board.rows().arrange_claim_from_another_host(&card);
+        assert_eq!(claimed, 1, "the card in flight has no claim to move");
+        let second = decompose_card(&board, &card);
+        let done_at = Instant::now();
+        let first = match first.join() {
+            Ok(run) => run,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (first, second, done_at)
+    });
+
+    let times = aux.bill_times(&card);
+    let reply_sent_at = times.first().map(|at| *at + CLAIM_HOLD);
+    let mut requests = bound("requests for a card in flight on another host", times.len())
+        .exactly(1)
+        .context(|| format!("{}\n{}", first.output, second.output));
+    if reply_sent_at.is_some_and(|sent| done_at >= sent) {
+        requests = requests.interrupted_by(Interruption::new(
+            "the second decompose was not done before the first reply was sent",
+        ));
+    }
+    requests.gap(GapKind::InFlightRebilled);
 }
