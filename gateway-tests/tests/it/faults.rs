@@ -1,10 +1,12 @@
 //! Every other way one card's decomposition can fail, through the seed's rebill bound: HTTP
-//! refusals, a hang past the call timeout, a stream cut before `[DONE]`, and fan-outs the
-//! decomposer must reject whole (too many children, a cycle).
+//! refusals, a hang past the call timeout, a stream cut before `[DONE]`, a connection dropped
+//! once the request was read, and fan-outs the decomposer must reject whole (too many children,
+//! a cycle).
 
 use std::time::Duration;
 
 use fixtures::prelude::*;
+use fixtures::relay::Relay;
 use rstest::rstest;
 
 use crate::support::{
@@ -61,33 +63,56 @@ fn failing_triage_card_is_not_rebilled_every_tick(
     #[case] settings: &[Setting],
 ) {
     let board = Board::new(config);
-    let aux = board.aux();
     let doomed = board.create("an idea the decomposer can never split", &["--triage"]);
-    aux.reply(&doomed, reply);
+    board.aux().reply(&doomed, reply);
+    judge_doomed_card(&board, &doomed, settings);
+}
 
+/// A provider that reads each request about the card to its end and then drops the connection
+/// without a reply. The request was delivered, and may have been billed: each such call is a
+/// failed attempt of the card, never a provider that could not be reached (which would give the
+/// attempt back, and pay again after every pause, without end).
+#[rstest]
+fn a_card_whose_connection_drops_after_the_request_is_billed_within_its_budget() {
+    let config = Config::gateway().backoff(SHORT_BACKOFF);
+    let board = Board::new(config.clone());
+    let relay = Relay::open(board.aux());
+    board.reconfigure(config.yaml(&format!("model:\n  base_url: {}\n", relay.base_url())));
+    let doomed = board.create(
+        "an idea whose every reply is lost on the way",
+        &["--triage"],
+    );
+    relay.drop_after_request(&doomed);
+    judge_doomed_card(&board, &doomed, &[Setting::Backoff]);
+}
+
+/// Runs a gateway on `board` until `doomed` has had time to spend its budget and the ticks after
+/// it are proven, then states the rebill bound and that the failures wrote no rows.
+fn judge_doomed_card(board: &Board, doomed: &str, settings: &[Setting]) {
+    let aux = board.aux();
     let mut window = Window::start();
-    let gateway = start_gateway(&board);
+    let gateway = start_gateway(board);
     // Bounded: a dispatcher blocked by this failure fails fast instead of waiting out minutes.
-    window.first_bill(&board, &gateway, &doomed);
-    settle_budget(&gateway, &mut window, &board, &doomed);
+    window.first_bill(board, &gateway, doomed);
+    settle_budget(&gateway, &mut window, board, doomed);
     window.prove_ticks_within(
-        &board,
+        board,
         &gateway,
         PROBE_TICKS,
         blocked_probe_timeout(board.target()),
     );
-    let bills = aux.billed_for(&doomed);
+    let bills = aux.billed_for(doomed);
     drop(gateway);
 
     bound("bills for doomed card", bills)
         .at_most(MAX_FAILED_ATTEMPTS)
         .over(&window)
-        .note(|| rebill_note(&board, &doomed, settings))
-        .context(|| board.diag(&doomed))
+        .note(|| rebill_note(board, doomed, settings))
+        .context(|| board.diag(doomed))
         .gap(GapKind::RebilledEveryTick);
-    no_graph_findings(&board, &doomed)
+    no_graph_findings(board, doomed)
         .verdict("failed decomposition wrote no rows")
-        .context(|| board.diag(&doomed))
+        .context(|| board.diag(doomed))
         .gap(GapKind::FailureWroteRows);
 }
 
