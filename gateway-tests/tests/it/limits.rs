@@ -1,9 +1,9 @@
 //! Limits at their boundary, through the gateway: exactly `auto_decompose_per_tick` cards in
-//! flight while every reply hangs (not one more, not one fewer), and a fan-out of exactly the
-//! child cap applied while one child more is rejected whole. (The attempt budget's boundary is
-//! in `budget`.)
+//! flight while every reply hangs (not one more, not one fewer), as many at once right after a
+//! first good answer, and a fan-out of exactly the child cap applied while one child more is
+//! rejected whole. (The attempt budget's boundary is in `budget`.)
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fixtures::prelude::*;
 use rstest::rstest;
@@ -82,6 +82,76 @@ fn exactly_per_tick_cards_are_in_flight_while_every_reply_hangs(
 /// The configured child cap of the second case: below the contract's, so a target that ignores
 /// the setting applies the fan-out one over it.
 const LOWER_CAP: u32 = 5;
+
+/// How long every reply is held in the fan-out test: long enough that the calls sent in one tick
+/// are all in flight together, and shorter than the reference's 2 s probe window, so that only
+/// an answer (not the window running out) can let its gateway fan out.
+const HELD_REPLY: Duration = Duration::from_secs(1);
+
+/// The most calls in flight together: for each call, the calls that arrived before it was
+/// answered (every reply is held exactly `held` after its call arrived).
+fn most_in_flight_together(arrivals: &[Instant], held: Duration) -> usize {
+    arrivals
+        .iter()
+        .map(|first| {
+            arrivals
+                .iter()
+                .filter(|at| *at >= first && at.duration_since(*first) < held)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[rstest]
+fn after_a_first_good_answer_the_next_tick_sends_per_tick_calls_at_once(
+    #[with(Config::gateway().per_tick(PER_TICK))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    // One card more than a tick's slots: whichever goes first, as a probe or not, the others
+    // fill a whole tick once it is answered.
+    let cards: Vec<String> = (0..=PER_TICK)
+        .map(|i| {
+            board.create(
+                &format!("a card answered after a second {i}"),
+                &["--triage"],
+            )
+        })
+        .collect();
+    aux.reply_default(Reply::default_single().delayed(HELD_REPLY));
+    let limit = PER_TICK as usize;
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window.left_triage(
+        &board,
+        &gateway,
+        &cards,
+        target.first_bill_timeout(),
+        "every card decomposed",
+    );
+    drop(gateway);
+    let mut arrivals: Vec<Instant> = cards.iter().flat_map(|card| aux.bill_times(card)).collect();
+    arrivals.sort();
+    let together = most_in_flight_together(&arrivals, HELD_REPLY);
+
+    bound(
+        "calls in flight together once the provider answered",
+        together,
+    )
+    .at_least(limit)
+    .over(&window)
+    .note(|| {
+        format!(
+            "every reply held {:.1}s; billed in order: {:?}; {}",
+            HELD_REPLY.as_secs_f64(),
+            aux.billed_ids(),
+            board.setting(Setting::PerTick)
+        )
+    })
+    .gap(GapKind::DispatcherBlocked);
+}
 
 #[rstest]
 #[case::contract_cap(None)]

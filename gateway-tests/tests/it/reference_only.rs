@@ -501,3 +501,69 @@ fn a_call_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
         .context(|| format!("{usage}\n{}", board.diag(&card)))
         .gap(GapKind::CallNotVisible);
 }
+
+/// Cards waiting behind the refused pick in the probe test: more than a tick's slots.
+const BEHIND_THE_REFUSED_PICK: usize = 4;
+
+/// Cards attempted per tick in the probe test.
+const PROBE_TEST_PER_TICK: u32 = 3;
+
+/// How long the probe test watches after the first bill: past the reference's 2 s probe window,
+/// after which a probe that proved nothing would have let the gateway fan out.
+const PAST_THE_PROBE_WINDOW: Duration = Duration::from_secs(3);
+
+/// The gateway's first pick sends nothing (a card whose budget a lowered setting left spent, so
+/// it is parked instead): a probe without a request proves nothing about the provider, so the
+/// next tick sends one probe call, and a provider that refuses it costs that one call, not one
+/// per card.
+#[rstest]
+fn a_first_pick_that_sends_nothing_is_followed_by_one_probe_call_not_a_fan_out() {
+    let board = Board::new(Config::plain().max_attempts(2).backoff(0.0));
+    let aux = board.aux();
+    let spent = board.create("a card that failed once", &["--triage"]);
+    aux.reply(&spent, Reply::malformed());
+    // One failed attempt by a sweep: 1 of 2 attempts spent, due again at once, oldest due.
+    let sweep = board.cli_unchecked(["kanban", "decompose", "--all", "--json"]);
+    assert_eq!(board.rows().attempts(&spent), 1, "{sweep}");
+    let waiting: Vec<String> = (0..BEHIND_THE_REFUSED_PICK)
+        .map(|i| board.create(&format!("waiting card {i}"), &["--triage"]))
+        .collect();
+    board.reconfigure(
+        Config::gateway()
+            .per_tick(PROBE_TEST_PER_TICK)
+            .max_attempts(1)
+            .backoff(0.0)
+            .cooldown(120.0),
+    );
+    aux.reply_default(Reply::http_error(402, "insufficient quota"));
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window
+        .bills(
+            &board,
+            &gateway,
+            1,
+            || waiting.iter().map(|card| aux.billed_for(card)).sum(),
+            "any waiting card",
+        )
+        .watch(&gateway, PAST_THE_PROBE_WINDOW);
+    let refused_calls: usize = waiting.iter().map(|card| aux.billed_for(card)).sum();
+    drop(gateway);
+
+    bound(
+        "calls refused after a first pick that sent nothing",
+        refused_calls,
+    )
+    .at_most(PROVIDER_FAULT_BOUND)
+    .over(&window)
+    .note(|| {
+        format!(
+            "the first pick {spent} parked: {}; billed in order: {:?}; {}",
+            !board.rows().events(&spent, "decompose_parked").is_empty(),
+            aux.billed_ids(),
+            board.setting(Setting::PerTick)
+        )
+    })
+    .gap(GapKind::ProviderFaultNotPaused);
+}

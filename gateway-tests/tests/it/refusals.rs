@@ -1,7 +1,7 @@
 //! A provider that refuses or cannot be reached, at the awkward moments: a refusal that arrives
 //! late (after the calls it would have stopped were sent), one that arrives while the gateway
-//! shuts down, and a provider nobody can connect to (which costs nothing, so it must spend no
-//! card's budget).
+//! shuts down, the end of a pause when the provider had answered well before it, and a provider
+//! nobody can connect to (which costs nothing, so it must spend no card's budget).
 
 use std::time::{Duration, Instant};
 
@@ -143,6 +143,61 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
         .exactly(cards.len())
         .over(&resumed)
         .gap(GapKind::PauseNeverEnded);
+}
+
+/// The `Retry-After` of the 429s in the pause-end test: long enough to create the waiting cards
+/// inside the pause, short next to the test.
+const PAUSE_SECS: u64 = 3;
+
+/// How long after a pause's end its calls are counted: a few ticks, and well inside the pause
+/// that a second 429 starts.
+const AFTER_PAUSE: Duration = Duration::from_millis(1_500);
+
+#[rstest]
+fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
+    #[with(Config::gateway().per_tick(PER_TICK).backoff(0.0))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    // The provider answers first: the gateway knows it works well before the gate closes.
+    let answered = board.create("a card answered before the provider refuses", &["--triage"]);
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window.left_triage(
+        &board,
+        &gateway,
+        std::slice::from_ref(&answered),
+        target.first_bill_timeout(),
+        "the first card decomposed",
+    );
+    aux.reply_default(Reply::http_error(429, "rate limited").retry_after(PAUSE_SECS));
+    let refused = board.create("the card whose call starts the pause", &["--triage"]);
+    window.first_bill(&board, &gateway, &refused);
+    let paused_at = Instant::now();
+    let before_the_end = aux.bills();
+    for i in 0..WAITING_CARDS {
+        board.create(&format!("waiting card {i}"), &["--triage"]);
+    }
+    window.watch(
+        &gateway,
+        (Duration::from_secs(PAUSE_SECS) + AFTER_PAUSE).saturating_sub(paused_at.elapsed()),
+    );
+    let at_the_end = aux.bills().saturating_sub(before_the_end);
+    drop(gateway);
+
+    bound("calls when the pause ended", at_the_end)
+        .at_most(PROVIDER_FAULT_BOUND)
+        .over(&window)
+        .note(|| {
+            format!(
+                "every call a 429 with Retry-After: {PAUSE_SECS} once the first card was \
+                 decomposed; {WAITING_CARDS} cards waiting; billed in order: {:?}; {}",
+                aux.billed_ids(),
+                board.setting(Setting::PerTick)
+            )
+        })
+        .gap(GapKind::ProviderFaultNotPaused);
 }
 
 /// How long the provider stays unreachable on the reference: two tries (its pause after a
