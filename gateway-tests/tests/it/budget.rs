@@ -25,7 +25,8 @@ const SLOW_FAILURE: Duration = Duration::from_secs(30);
 const LONG_BACKOFF: f64 = 600.0;
 
 /// How long the restarted gateway gets to park the card whose last attempt it found abandoned:
-/// it does so before its first tick, so this is start-up time with a wide margin.
+/// it does so at its first tick, which comes at once, so this is start-up time with a wide
+/// margin.
 const PARK_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn parked(board: &Board, card: &str) -> bool {

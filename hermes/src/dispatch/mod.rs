@@ -119,7 +119,8 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     let mut dispatcher = Dispatcher::new(home, config, board, shutdown_rx);
     // At once, so that an upstream gateway starting a moment later finds them taken.
     dispatcher.upstream_locks.may_dispatch();
-    dispatcher.prepare_board().await;
+    // The first tick comes at once: it closes what dead processes left in flight and brings
+    // cards written by other tools (upstream's CLI, an older board) under the budget.
 
     let mut interval = new_interval(dispatcher.config.kanban.dispatch_interval);
     loop {
@@ -250,23 +251,6 @@ impl Dispatcher {
         dispatcher
     }
 
-    /// At start (and after reopening the board): closes what dead processes left in flight, and
-    /// brings cards written by other tools (upstream's CLI, an older board) under the budget.
-    async fn prepare_board(&mut self) {
-        self.recover().await;
-        let now = now_ms();
-        if let Err(err) = self
-            .board
-            .call(move |s| s.sync_decompose_state(now, true))
-            .await
-        {
-            self.tick_notice.warn_keyed(
-                &error_chain(&err),
-                &format!("cannot use the board: {}", error_chain(&err)),
-            );
-        }
-    }
-
     /// Closes attempts whose process is gone (or whose end this process could not record).
     async fn recover(&mut self) {
         let ours = self.in_flight_ids.clone();
@@ -303,8 +287,9 @@ impl Dispatcher {
                     "kanban.db {what} while the gateway ran; reopened it (attempts in flight finish on the old file)"
                 );
                 self.file_notice.clear();
+                // The rest of this tick closes abandoned attempts on the new file, and its first
+                // pick brings every triage card there under the budget.
                 self.board = board;
-                self.prepare_board().await;
             }
             Err(err) => self.file_notice.warn_keyed(
                 &format!("reopen-{}", error_chain(&err)),
