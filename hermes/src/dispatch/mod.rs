@@ -444,7 +444,9 @@ impl Dispatcher {
         if !self.in_flight_ids.insert(task_id.clone()) {
             return;
         }
-        if self.health == ProviderHealth::Unknown && self.probe_started.is_none() {
+        // While the health is unknown a tick sends a request only when no probe is being timed
+        // (see `tick`), so this one is the probe.
+        if self.health == ProviderHealth::Unknown {
             self.probe_started = Some(Instant::now());
         }
         let context = context.clone();
