@@ -27,7 +27,7 @@ fn reply_hold(target: &Target) -> Duration {
 
 /// How long a decompose holds its card: long enough that a second process started once the
 /// first request has arrived is done before the reply lands, even on a loaded machine.
-fn in_flight_hold(target: &Target) -> Duration {
+pub(crate) fn in_flight_hold(target: &Target) -> Duration {
     if target.is_reference() {
         Duration::from_secs(2)
     } else {

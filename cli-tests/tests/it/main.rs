@@ -18,6 +18,7 @@
 //! | `claims` | a card in flight: parallel sweeps, a second decompose refused |
 //! | `retries` | tries spaced within one attempt, `Retry-After` honoured or ending the retries |
 //! | `outage` | an unreachable provider costs nothing; the card is decomposed once it is back |
+//! | `pauses` | a board-wide pause is shortened by no later refusal |
 //! | `config_extremes` | absurd numbers in `config.yaml` |
 //! | `decomposer` | upstream's decomposer settings (model, key, extra body) reach the call |
 //! | `misconfiguration` | a config upstream wrote is read in silence |
@@ -68,6 +69,7 @@ mod hostile_replies;
 mod json_shape;
 mod misconfiguration;
 mod outage;
+mod pauses;
 mod races;
 mod reference_only;
 mod retries;

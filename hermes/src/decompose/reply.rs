@@ -441,33 +441,32 @@ fn check_acyclic(children: &[ChildSpec]) -> Result<(), Rejection> {
     if ordered == count {
         return Ok(());
     }
+    reject(RejectionKind::Cycle, describe_cycle(children, &waiting_on))
+}
 
+/// Names a task on a cycle, and the cycle, among the tasks Kahn's algorithm left over (those
+/// still `waiting_on` a parent). Only the message depends on it: the reply is rejected either way.
+fn describe_cycle(children: &[ChildSpec], waiting_on: &[usize]) -> String {
     // Every task left over still waits on a left-over parent, so walking parents from any of
     // them must come back to a task already seen: that task is on a cycle.
     let unplaced = |task: &usize| waiting_on[*task] > 0;
-    let start = (0..count).find(unplaced).unwrap_or_default();
+    let start = (0..children.len()).find(unplaced).unwrap_or_default();
     let mut path = vec![start];
     let mut current = start;
     while let Some(&next) = children[current].parents.iter().find(|p| unplaced(p)) {
         if let Some(position) = path.iter().position(|&seen| seen == next) {
             let mut cycle: Vec<String> = path[position..].iter().map(usize::to_string).collect();
             cycle.push(next.to_string());
-            return reject(
-                RejectionKind::Cycle,
-                format!(
-                    "tasks[{next}] is on a parent cycle ({})",
-                    cycle.join(" waits for ")
-                ),
+            return format!(
+                "tasks[{next}] is on a parent cycle ({})",
+                cycle.join(" waits for ")
             );
         }
         path.push(next);
         current = next;
     }
-    // Unreachable by the argument above; still a rejection, never an acceptance.
-    reject(
-        RejectionKind::Cycle,
-        format!("tasks[{start}] is on a parent cycle"),
-    )
+    // Unreachable by the argument above.
+    format!("tasks[{start}] is on a parent cycle")
 }
 
 fn parse_single(

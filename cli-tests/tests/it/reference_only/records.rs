@@ -7,6 +7,7 @@ use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 
+use crate::claims::in_flight_hold;
 use crate::outage::provider_down;
 use crate::{decompose_all, decompose_card};
 
@@ -227,4 +228,65 @@ fn a_sweep_closes_requests_left_in_flight_as_unknown(board: Board) {
         .verdict("usage shows the unknown request")
         .context(|| usage.to_string())
         .gap(GapKind::CallNotVisible);
+}
+
+#[rstest]
+fn a_sweep_closing_a_dead_process_request_leaves_a_live_processes_card_alone(
+    #[with(Config::plain().backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    let live = board.create("split by a person right now", &["--triage"]);
+    let hold = in_flight_hold(board.target());
+    aux.reply(&live, Reply::graph(2, &[]).delayed(hold));
+    let dead = board.create("its process died mid-call", &["--triage"]);
+    aux.reply(&dead, Reply::graph(2, &[]));
+    // The sweep has something of a dead process's to close, so it looks at every claim: the
+    // live process's claim must survive that look.
+    board
+        .rows()
+        .arrange_request_left_in_flight(&dead, "gateway");
+
+    let (first, arrived, sweep) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| decompose_card(&board, &live));
+        let arrived = try_wait_until(
+            || aux.billed_for(&live) > 0,
+            board.target().cli_timeout(&["decompose"]),
+            "the live decompose's request",
+        );
+        let sweep = decompose_all(&board);
+        let first = match first.join() {
+            Ok(run) => run,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (first, arrived, sweep)
+    });
+
+    let transcript = || format!("{}\n{}", first.output, sweep.output);
+    let mut requests = bound(
+        "requests for a live process's card while a sweep closes a dead one's",
+        aux.billed_for(&live),
+    )
+    .exactly(1)
+    .context(|| format!("{}\n{}", transcript(), board.diag(&live)));
+    if let Err(timeout) = &arrived {
+        requests = requests.interrupted_by(Interruption::from(timeout));
+    }
+    requests.gap(GapKind::InFlightRebilled);
+    let mut findings = Findings::new();
+    findings
+        .equal("the live decompose's ok", &first.ok(), &Some(true))
+        .equal(
+            "ledger outcomes of the dead process's card",
+            &outcomes(&board, &dead),
+            &vec!["unknown".to_owned(), "ok".to_owned()],
+        )
+        .equal(
+            "children of the live card",
+            &board.rows().children_of(&live).len(),
+            &2,
+        );
+    findings
+        .verdict("the sweep closes the dead request and the live decompose is applied")
+        .context(transcript)
+        .gap(GapKind::DoubleApply);
 }

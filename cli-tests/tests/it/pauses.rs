@@ -1,0 +1,104 @@
+//! A board-wide pause (SPEC B5) ends when its time is up or when a person lifts it (`kanban
+//! resume`), never earlier: a later refusal that asks for a shorter wait leaves the longer pause
+//! in force, and one that asks for a longer wait extends it, so the sweeps after either still
+//! bill nothing.
+
+use std::time::{Duration, Instant};
+
+use fixtures::prelude::*;
+use rstest::rstest;
+
+use crate::{decompose_all, decompose_card};
+
+/// The Retry-After of the first, short pause.
+const SHORT_PAUSE_SECS: u64 = 1;
+
+/// How long after the short pause's end the sweep runs, so that it is over by any clock.
+const PAST_THE_END: Duration = Duration::from_millis(200);
+
+#[rstest]
+fn a_shorter_refusal_during_a_pause_never_shortens_it(
+    #[with(Config::plain().cooldown(900.0).retries(0).backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    let unpaid = board.create("an idea behind an unpaid invoice", &["--triage"]);
+    aux.reply(&unpaid, Reply::http_error(402, "payment required"));
+    let pausing = decompose_all(&board);
+    // A person may still decompose a card by hand while the board is paused. The provider answers
+    // that call with a 429 whose Retry-After has already run out.
+    let by_hand = board.create("an idea a person splits during the pause", &["--triage"]);
+    aux.reply(
+        &by_hand,
+        Reply::http_error(429, "slow down, or not").retry_after(0),
+    );
+    let manual = decompose_card(&board, &by_hand);
+    let manual_requests = aux.billed_for(&by_hand);
+    let waiting = board.create("an idea waiting out the pause", &["--triage"]);
+    aux.reply(&waiting, Reply::graph(2, &[]));
+    let before_the_sweep = aux.bills();
+
+    let sweep = decompose_all(&board);
+
+    let transcript = || format!("{}\n{}\n{}", pausing.output, manual.output, sweep.output);
+    bound(
+        "requests of a decompose by hand during the pause",
+        manual_requests,
+    )
+    .exactly(1)
+    .context(transcript)
+    .gap(GapKind::NotOneRequest);
+    bound(
+        "bills of a sweep after the shorter refusal",
+        aux.bills().saturating_sub(before_the_sweep),
+    )
+    .exactly(0)
+    .note(|| board.setting(Setting::Cooldown))
+    .note(|| format!("billed in order: {:?}", aux.billed_ids()))
+    .context(|| format!("{}\n{}", transcript(), board.diag(&waiting)))
+    .gap(GapKind::ProviderFaultNotPaused);
+}
+
+#[rstest]
+fn a_longer_refusal_during_a_pause_extends_it(
+    #[with(Config::plain().cooldown(900.0).retries(0).backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    let limited = board.create("an idea sent while rate limited", &["--triage"]);
+    aux.reply(
+        &limited,
+        Reply::http_error(429, "rate limited").retry_after(SHORT_PAUSE_SECS),
+    );
+    let pausing = decompose_all(&board);
+    let short_pause_over = Instant::now() + Duration::from_secs(SHORT_PAUSE_SECS) + PAST_THE_END;
+    // During the short pause a person decomposes a card by hand, and the provider answers that
+    // call with a 402: the board must now wait out the cooldown, not the 429's second.
+    let by_hand = board.create("an idea a person splits during the pause", &["--triage"]);
+    aux.reply(&by_hand, Reply::http_error(402, "payment required"));
+    let manual = decompose_card(&board, &by_hand);
+    let manual_requests = aux.billed_for(&by_hand);
+    let waiting = board.create("an idea waiting out the pause", &["--triage"]);
+    aux.reply(&waiting, Reply::graph(2, &[]));
+    // What is awaited is the clock passing the 429's end, so this sleeps until that moment.
+    std::thread::sleep(short_pause_over.saturating_duration_since(Instant::now()));
+    let before_the_sweep = aux.bills();
+
+    let sweep = decompose_all(&board);
+
+    let transcript = || format!("{}\n{}\n{}", pausing.output, manual.output, sweep.output);
+    bound(
+        "requests of a decompose by hand during the pause",
+        manual_requests,
+    )
+    .exactly(1)
+    .context(transcript)
+    .gap(GapKind::NotOneRequest);
+    bound(
+        "bills of a sweep after the short pause ended, under the longer refusal's",
+        aux.bills().saturating_sub(before_the_sweep),
+    )
+    .exactly(0)
+    .note(|| board.setting(Setting::Cooldown))
+    .note(|| format!("billed in order: {:?}", aux.billed_ids()))
+    .context(|| format!("{}\n{}", transcript(), board.diag(&waiting)))
+    .gap(GapKind::ProviderFaultNotPaused);
+}
