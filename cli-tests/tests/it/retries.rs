@@ -121,8 +121,10 @@ fn a_503_retry_after_that_fits_is_waited_for(#[with(Config::plain().retries(1))]
 /// A bound on each request small enough that a `Retry-After` of [`TOO_LONG_RETRY_AFTER`] cannot
 /// fit in the attempt (which the reference bounds by 10 s + this per try + its own waits).
 const SHORT_CALL_TIMEOUT: f64 = 1.0;
-/// Longer than an attempt of two tries of [`SHORT_CALL_TIMEOUT`] may last.
-const TOO_LONG_RETRY_AFTER: u64 = 15;
+/// Just too long for an attempt of two tries of [`SHORT_CALL_TIMEOUT`]: on the reference such an
+/// attempt may last 10 s + 2 × 1 s + 0.5 s (the longest wait before one retry) = 12.5 s, and a
+/// retry after 12 s would end past that, at 13 s. One retry's wait more (1 s) would let it fit.
+const TOO_LONG_RETRY_AFTER: u64 = 12;
 
 #[rstest]
 fn a_retry_after_that_does_not_fit_the_attempt_ends_the_retries(
