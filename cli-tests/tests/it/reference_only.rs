@@ -465,6 +465,39 @@ fn http_500_is_retried_within_one_attempt(#[case] retries: u32) {
     );
 }
 
+/// Twice the reference's longest wait before each retry (equal jitter over 0.5 s, then 1 s): a
+/// retry this late waited past its delay; the other half is room for a loaded machine.
+const LATE_RETRY_WAITS: [Duration; 2] =
+    [Duration::from_millis(1_000), Duration::from_millis(2_000)];
+
+#[rstest]
+fn retries_come_within_their_longest_wait(#[with(Config::plain().retries(2))] board: Board) {
+    let aux = board.aux();
+    let root = board.create("a provider failing three times", &["--triage"]);
+    aux.reply(&root, Reply::http_error(500, "upstream exploded"));
+
+    let run = decompose_card(&board, &root);
+
+    bound("requests in the one attempt", aux.billed_for(&root))
+        .exactly(3)
+        .note(|| board.setting(Setting::Retries))
+        .context(|| run.output.to_string())
+        .gap(GapKind::NotOneRequest);
+    let gaps = aux.gaps_between_bills(&root);
+    let late: Vec<String> = gaps
+        .iter()
+        .zip(LATE_RETRY_WAITS)
+        .enumerate()
+        .filter(|(_, (gap, late))| **gap >= *late)
+        .map(|(retry, (gap, _))| format!("retry {} after {} ms", retry + 1, gap.as_millis()))
+        .collect();
+    bound("retries sent after twice their longest wait", late.len())
+        .at_most(0)
+        .note(|| late.join("; "))
+        .context(|| run.output.to_string())
+        .gap(GapKind::RetriesNotSpaced);
+}
+
 /// How long the first decompose's reply is held in the claim test: long enough for the second
 /// decompose to start and finish meanwhile, even on a loaded machine.
 const CLAIM_HOLD: Duration = Duration::from_secs(3);
