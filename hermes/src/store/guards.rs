@@ -58,7 +58,9 @@ impl Store {
     }
 
     /// Pauses automatic attempts board-wide until `until_ms`. A later pause never shortens a
-    /// longer one already in force.
+    /// longer one already in force. The product records a pause only with the failure that
+    /// caused it; this is how unit tests arrange one.
+    #[cfg(test)]
     pub fn set_pause(&mut self, until_ms: i64, reason: &str) -> Result<(), StoreError> {
         let now = crate::clock::now_ms();
         self.write(|tx| set_pause(tx, until_ms, reason, now, None))
