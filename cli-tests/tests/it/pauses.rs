@@ -102,3 +102,67 @@ fn a_longer_refusal_during_a_pause_extends_it(
     .context(|| format!("{}\n{}", transcript(), board.diag(&waiting)))
     .gap(GapKind::ProviderFaultNotPaused);
 }
+
+/// How long the provider holds the reply to a decompose by hand that was sent before the first
+/// pause: past that pause's end ([`SHORT_PAUSE_SECS`]) by a second or more.
+const LATE_REPLY_HOLD: Duration = Duration::from_secs(3);
+
+#[rstest]
+fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
+    #[with(Config::plain().cooldown(900.0).retries(0).backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    let slow = board.create("an idea whose refusal comes late", &["--triage"]);
+    aux.reply(
+        &slow,
+        Reply::http_error(429, "rate limited for a minute")
+            .retry_after(60)
+            .delayed(LATE_REPLY_HOLD),
+    );
+    let limited = board.create("an idea refused at once", &["--triage"]);
+    aux.reply(
+        &limited,
+        Reply::http_error(429, "rate limited").retry_after(SHORT_PAUSE_SECS),
+    );
+
+    // The slow request leaves first; while it waits, a sweep's request is refused and pauses the
+    // board for a second. The slow refusal lands after that pause ended, and must pause again.
+    let (manual, arrived, pausing) = std::thread::scope(|scope| {
+        let manual = scope.spawn(|| decompose_card(&board, &slow));
+        let arrived = try_wait_until(
+            || aux.billed_for(&slow) > 0,
+            board.target().cli_timeout(&["decompose"]),
+            "the slow decompose's request",
+        );
+        let pausing = decompose_all(&board);
+        let manual = match manual.join() {
+            Ok(run) => run,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (manual, arrived, pausing)
+    });
+    let manual_requests = aux.billed_for(&slow);
+    let waiting = board.create("an idea waiting out the pause", &["--triage"]);
+    aux.reply(&waiting, Reply::graph(2, &[]));
+    let before_the_sweep = aux.bills();
+
+    let sweep = decompose_all(&board);
+
+    let transcript = || format!("{}\n{}\n{}", manual.output, pausing.output, sweep.output);
+    bound("requests of the slow decompose by hand", manual_requests)
+        .exactly(1)
+        .context(transcript)
+        .gap(GapKind::NotOneRequest);
+    let mut late = bound(
+        "bills of a sweep after a refusal that landed once the first pause ended",
+        aux.bills().saturating_sub(before_the_sweep),
+    )
+    .exactly(0)
+    .note(|| board.setting(Setting::Cooldown))
+    .note(|| format!("billed in order: {:?}", aux.billed_ids()))
+    .context(|| format!("{}\n{}", transcript(), board.diag(&waiting)));
+    if let Err(timeout) = &arrived {
+        late = late.interrupted_by(Interruption::from(timeout));
+    }
+    late.gap(GapKind::ProviderFaultNotPaused);
+}
