@@ -29,6 +29,12 @@ fn usage_of(usage: &Value, card: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// Whether a closed ledger row ended at or after its start (both in Unix milliseconds).
+fn ended_after_it_started(row: &fixtures::rows::LedgerRow) -> bool {
+    let at = |column: &str| row.columns.get(column).and_then(Value::as_i64);
+    matches!((at("started_at_ms"), at("ended_at_ms")), (Some(start), Some(end)) if end >= start)
+}
+
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -77,6 +83,9 @@ fn a_retried_attempt_keeps_a_ledger_row_per_try(#[with(Config::plain().retries(2
         )
         .that(ledger.iter().all(|row| row.attempt == Some(1)), || {
             "every try belongs to attempt 1".to_owned()
+        })
+        .that(ledger.iter().all(ended_after_it_started), || {
+            "every try's row is closed no earlier than it was opened".to_owned()
         })
         .equal("attempts counted", &board.rows().attempts(&card), &1)
         .equal("ok", &run.ok(), &Some(true));
