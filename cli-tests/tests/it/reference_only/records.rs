@@ -35,6 +35,9 @@ fn ended_after_it_started(row: &fixtures::rows::LedgerRow) -> bool {
     matches!((at("started_at_ms"), at("ended_at_ms")), (Some(start), Some(end)) if end >= start)
 }
 
+/// How close to the test's own clock a call made during the test is dated, in seconds.
+const RECENT_SECS: f64 = 600.0;
+
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -104,6 +107,17 @@ fn a_retried_attempt_keeps_a_ledger_row_per_try(#[with(Config::plain().retries(2
             "the card's calls and attempts",
             &[&entry["calls"], &entry["attempts"]],
             &[&json!(3), &json!(1)],
+        )
+        .that(
+            entry["last_call_at"]
+                .as_f64()
+                .is_some_and(|at| (unix_now() - at).abs() < RECENT_SECS),
+            || {
+                format!(
+                    "the card's last call is dated now: {}",
+                    entry["last_call_at"]
+                )
+            },
         );
     findings
         .verdict("usage counts every try")
