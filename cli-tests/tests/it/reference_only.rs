@@ -511,7 +511,7 @@ fn a_claim_from_another_host_holds_the_card_for_its_attempts_span(board: Board) 
     let card = board.create("in flight on another host", &["--triage"]);
     aux.reply(&card, Reply::graph(2, &[]).delayed(CLAIM_HOLD));
 
-    let (first, second, done_at) = std::thread::scope(|scope| {
+    let (first, second, done_at, shown) = std::thread::scope(|scope| {
         let first = scope.spawn(|| decompose_card(&board, &card));
         wait_until(
             || aux.billed_for(&card) > 0,
@@ -522,11 +522,12 @@ fn a_claim_from_another_host_holds_the_card_for_its_attempts_span(board: Board) 
         assert_eq!(claimed, 1, "the card in flight has no claim to move");
         let second = decompose_card(&board, &card);
         let done_at = Instant::now();
+        let shown = board.cli(["kanban", "show", card.as_str()]);
         let first = match first.join() {
             Ok(run) => run,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        (first, second, done_at)
+        (first, second, done_at, shown)
     });
 
     let times = aux.bill_times(&card);
@@ -540,4 +541,10 @@ fn a_claim_from_another_host_holds_the_card_for_its_attempts_span(board: Board) 
         ));
     }
     requests.gap(GapKind::InFlightRebilled);
+    holds(
+        "`kanban show` of the card says it is in flight and until when",
+        shown.stdout.contains("in flight: attempt 1") && shown.stdout.contains("claimed until"),
+    )
+    .context(|| shown.to_string())
+    .gap(GapKind::CallNotVisible);
 }
