@@ -173,6 +173,50 @@ fn single_task_promotion_retitles_and_leaves_triage(board: Board) {
     );
 }
 
+#[rstest]
+fn single_with_a_title_and_no_body_keeps_the_cards_body(board: Board) {
+    let aux = board.aux();
+    let body = "Goal: say what changed since 0.18.\nDone when: the notes are reviewed.";
+    let root = board.create("rough idea", &["--triage", "--body", body]);
+    // The contract's single form lets the body be null: the card's own body stays.
+    aux.reply(
+        &root,
+        Reply::json(json!({
+            "fanout": false,
+            "rationale": "One unit of work; only its title was vague.",
+            "title": "Write the release notes",
+            "body": null,
+            "assignee": ROSTER_DEFAULT,
+        })),
+    );
+
+    let run = decompose_card(&board, &root);
+
+    judge_one_good_request(&board, &root, &run);
+    let row = board.rows().find_task(&root);
+    let mut findings = Findings::new();
+    findings
+        .equal("ok", &run.ok(), &Some(true))
+        .equal(
+            "title",
+            &row.as_ref().map(|row| row.title.as_str()),
+            &Some("Write the release notes"),
+        )
+        .equal(
+            "body",
+            &row.as_ref().and_then(|row| row.body.as_deref()),
+            &Some(body),
+        )
+        .that(
+            row.as_ref().is_some_and(|row| row.status != "triage"),
+            || "the card leaves triage".to_owned(),
+        );
+    findings
+        .verdict("a single with a new title and no body is applied, the body kept")
+        .context(|| format!("{}\n{}", run.output, board.diag(&root)))
+        .gap(GapKind::ReplyNotApplied);
+}
+
 /// Titles (and bodies) that break string-built SQL, naive JSON and shell quoting, and
 /// multi-byte text. Each is a valid title under the contract (at most 80 characters).
 const HOSTILE_TEXTS: [&str; 6] = [
