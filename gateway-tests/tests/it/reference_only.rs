@@ -567,3 +567,72 @@ fn a_first_pick_that_sends_nothing_is_followed_by_one_probe_call_not_a_fan_out()
     })
     .gap(GapKind::ProviderFaultNotPaused);
 }
+
+/// How long the provider holds the slow card's reply: many of the reference's ticks.
+const SLOWER_THAN_TICKS: Duration = Duration::from_secs(1);
+
+#[rstest]
+fn a_reply_slower_than_a_tick_is_one_ok_call_and_no_failure(
+    #[with(Config::gateway())] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    let slow = board.create("an idea the provider thinks over", &["--triage"]);
+    aux.reply(&slow, Reply::graph(2, &[]).delayed(SLOWER_THAN_TICKS));
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window.first_bill(&board, &gateway, &slow);
+    // While the slow call is out, a request a dead process left open appears: the next tick
+    // closes it, and must tell it from the gateway's own attempt in flight.
+    let dead = board.create("its process died mid-call", &["--no-auto-decompose"]);
+    board.rows().arrange_request_left_in_flight(&dead, "sweep");
+    window
+        .until(
+            &gateway,
+            target.first_bill_timeout(),
+            "the dead process's request closed",
+            || {
+                board
+                    .rows()
+                    .ledger(&dead)
+                    .iter()
+                    .all(|row| row.outcome != "in_flight")
+            },
+        )
+        .left_triage(
+            &board,
+            &gateway,
+            std::slice::from_ref(&slow),
+            target.first_bill_timeout() + SLOWER_THAN_TICKS,
+            "the slow card decomposed",
+        )
+        .prove_ticks(&board, &gateway, 2);
+    drop(gateway);
+
+    bound("bills for the slow card", aux.billed_for(&slow))
+        .exactly(1)
+        .over(&window)
+        .context(|| board.diag(&slow))
+        .gap(GapKind::InFlightRebilled);
+    let rows = board.rows();
+    let outcomes: Vec<String> = rows
+        .ledger(&slow)
+        .into_iter()
+        .map(|row| row.outcome)
+        .collect();
+    let mut findings = Findings::new();
+    findings
+        .equal("ledger outcomes", &outcomes, &vec!["ok".to_owned()])
+        .equal(
+            "decompose_failed events",
+            &rows.events(&slow, "decompose_failed").len(),
+            &0,
+        )
+        .equal("children", &rows.children_of(&slow).len(), &2);
+    findings
+        .verdict("the slow call is one ok ledger row, and no failure is recorded")
+        .over(&window)
+        .context(|| board.diag(&slow))
+        .gap(GapKind::CallNotVisible);
+}
