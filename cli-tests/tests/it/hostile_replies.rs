@@ -60,6 +60,16 @@ fn cut_mid_event() -> Reply {
         "assignee": ROSTER_DEFAULT,
     }))
 )]
+#[case::single_with_blank_title_and_body(
+    "a single promotion whose title and body are blank",
+    Reply::json(json!({
+        "fanout": false,
+        "rationale": "The card is one unit of work.",
+        "title": "  ",
+        "body": " \n ",
+        "assignee": ROSTER_DEFAULT,
+    }))
+)]
 #[case::not_json("a non-JSON", Reply::malformed())]
 #[case::stream_cut_mid_event(
     "a stream cut in the middle of an event, after a whole graph,",
