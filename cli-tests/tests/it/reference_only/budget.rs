@@ -132,3 +132,40 @@ fn no_sweep_pays_with_an_hourly_ceiling_of_zero(
         .gap(GapKind::HourlyCeilingExceeded);
     judge_one_explicit_attempt(&board, &cards[0], 0, 0);
 }
+
+#[rstest]
+fn a_retry_the_hourly_ceiling_stops_leaves_a_counted_failed_attempt(
+    #[with(Config::plain().calls_per_hour(1).retries(2).backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    let card = board.create("a provider failing under a tight ceiling", &["--triage"]);
+    aux.reply(&card, Reply::http_error(500, "upstream exploded"));
+
+    let sweep = decompose_all(&board);
+
+    bound("sweep bills under a ceiling of one", aux.billed_for(&card))
+        .exactly(1)
+        .note(|| board.setting(Setting::CallsPerHour))
+        .context(|| sweep.output.to_string())
+        .gap(GapKind::HourlyCeilingExceeded);
+    // The first try was paid: the attempt it belongs to is spent, though the ceiling kept its
+    // retries from leaving.
+    let rows = board.rows();
+    let mut findings = Findings::new();
+    findings
+        .equal("attempts counted", &rows.attempts(&card), &1)
+        .equal(
+            "decompose_failed events",
+            &rows.events(&card, "decompose_failed").len(),
+            &1,
+        )
+        .equal(
+            "the sweep's line says ok",
+            &sweep.line_for(&card).map(|line| line["ok"].clone()),
+            &Some(json!(false)),
+        );
+    findings
+        .verdict("the paid try's attempt is recorded as failed")
+        .context(|| format!("{}\n{}", sweep.output, board.diag(&card)))
+        .gap(GapKind::BudgetNotPersisted);
+}
