@@ -636,3 +636,44 @@ fn a_reply_slower_than_a_tick_is_one_ok_call_and_no_failure(
         .context(|| board.diag(&slow))
         .gap(GapKind::CallNotVisible);
 }
+
+#[rstest]
+fn a_triage_card_another_tool_wrote_is_scheduled_and_decomposed(
+    #[with(Config::gateway())] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    let foreign = board.create("written by upstream's own CLI", &["--triage"]);
+    aux.reply(&foreign, Reply::graph(2, &[]));
+    let removed = board.rows().arrange_written_by_another_tool(&foreign);
+    assert_eq!(removed, 1, "the card had no decompose schedule to remove");
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window
+        .left_triage(
+            &board,
+            &gateway,
+            std::slice::from_ref(&foreign),
+            target.first_bill_timeout(),
+            "the card another tool wrote decomposed",
+        )
+        .prove_ticks(&board, &gateway, 2);
+    drop(gateway);
+
+    bound(
+        "bills for the card another tool wrote",
+        aux.billed_for(&foreign),
+    )
+    .exactly(1)
+    .over(&window)
+    .context(|| board.diag(&foreign))
+    .gap(GapKind::ReplyNotApplied);
+    holds(
+        "the card another tool wrote is decomposed",
+        board.rows().children_of(&foreign).len() == 2,
+    )
+    .over(&window)
+    .context(|| board.diag(&foreign))
+    .gap(GapKind::ReplyNotApplied);
+}
