@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use fixtures::prelude::*;
+use fixtures::verdict::Verdict;
 use rstest::rstest;
 
 use crate::{decompose_all, decompose_card};
@@ -15,6 +16,23 @@ const SHORT_PAUSE_SECS: u64 = 1;
 
 /// How long after the short pause's end the sweep runs, so that it is over by any clock.
 const PAST_THE_END: Duration = Duration::from_millis(200);
+
+/// The verdict every test here ends on: the sweep after the refusals billed nothing (`bills`),
+/// since the pause that should be in force held it back; `waiting` is the fresh card it found.
+fn sweep_billed_nothing<'a>(
+    board: &'a Board,
+    what: &str,
+    bills: usize,
+    waiting: &'a str,
+    transcript: impl Fn() -> String + 'a,
+) -> Verdict<'a> {
+    let aux = board.aux();
+    bound(what, bills)
+        .exactly(0)
+        .note(|| board.setting(Setting::Cooldown))
+        .note(move || format!("billed in order: {:?}", aux.billed_ids()))
+        .context(move || format!("{}\n{}", transcript(), board.diag(waiting)))
+}
 
 #[rstest]
 fn a_shorter_refusal_during_a_pause_never_shortens_it(
@@ -47,14 +65,13 @@ fn a_shorter_refusal_during_a_pause_never_shortens_it(
     .exactly(1)
     .context(transcript)
     .gap(GapKind::NotOneRequest);
-    bound(
+    sweep_billed_nothing(
+        &board,
         "bills of a sweep after the shorter refusal",
         aux.bills().saturating_sub(before_the_sweep),
+        &waiting,
+        transcript,
     )
-    .exactly(0)
-    .note(|| board.setting(Setting::Cooldown))
-    .note(|| format!("billed in order: {:?}", aux.billed_ids()))
-    .context(|| format!("{}\n{}", transcript(), board.diag(&waiting)))
     .gap(GapKind::ProviderFaultNotPaused);
 }
 
@@ -92,14 +109,13 @@ fn a_longer_refusal_during_a_pause_extends_it(
     .exactly(1)
     .context(transcript)
     .gap(GapKind::NotOneRequest);
-    bound(
+    sweep_billed_nothing(
+        &board,
         "bills of a sweep after the short pause ended, under the longer refusal's",
         aux.bills().saturating_sub(before_the_sweep),
+        &waiting,
+        transcript,
     )
-    .exactly(0)
-    .note(|| board.setting(Setting::Cooldown))
-    .note(|| format!("billed in order: {:?}", aux.billed_ids()))
-    .context(|| format!("{}\n{}", transcript(), board.diag(&waiting)))
     .gap(GapKind::ProviderFaultNotPaused);
 }
 
@@ -153,14 +169,13 @@ fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
         .exactly(1)
         .context(transcript)
         .gap(GapKind::NotOneRequest);
-    let mut late = bound(
+    let mut late = sweep_billed_nothing(
+        &board,
         "bills of a sweep after a refusal that landed once the first pause ended",
         aux.bills().saturating_sub(before_the_sweep),
-    )
-    .exactly(0)
-    .note(|| board.setting(Setting::Cooldown))
-    .note(|| format!("billed in order: {:?}", aux.billed_ids()))
-    .context(|| format!("{}\n{}", transcript(), board.diag(&waiting)));
+        &waiting,
+        transcript,
+    );
     if let Err(timeout) = &arrived {
         late = late.interrupted_by(Interruption::from(timeout));
     }
