@@ -172,6 +172,11 @@ const BOUNDS: &[(&str, &str, &str)] = &[
         "kill switch",
         "`auto_decompose: false` stops paid calls from the next tick",
     ),
+    (
+        "board",
+        "readable board",
+        "rows stay in upstream's types and units, so either gateway reads the other's board",
+    ),
 ];
 
 /// `B1` → `B1 budget`; `cli` → `CLI contract`; anything unknown stays as it is.

@@ -158,6 +158,13 @@ fn a_board_file_replaced_under_the_gateway_is_served_at_its_path(
     #[with(Config::gateway())] board: Board,
 ) {
     let aux = board.aux();
+    for invariant in [Invariant::Request, Invariant::Graph, Invariant::Ledger] {
+        board.narrow_oracle(
+            invariant,
+            "the board file is deleted, then replaced by another board's, mid-run: calls and \
+             rows of files no longer there, and a card another board's CLI made",
+        );
+    }
     let gateway = start_gateway(&board);
     let mut window = Window::start();
     window.prove_ticks(&board, &gateway, 1);
