@@ -273,6 +273,38 @@ impl Report {
                 format_seconds(run.seconds)
             );
         }
+        for run in &self.runs {
+            let counts = oracle_counts(run);
+            if counts.is_empty() {
+                continue;
+            }
+            let (pass, known, fail) = counts
+                .iter()
+                .fold((0, 0, 0), |(p, k, f), (_, pass, known, fail)| {
+                    (p + pass, k + known, f + fail)
+                });
+            let broken: Vec<String> = counts
+                .iter()
+                .filter(|(_, _, known, fail)| known + fail > 0)
+                .map(|(words, _, known, fail)| {
+                    format!(
+                        "{} ({known} known gap, {fail} FAIL)",
+                        words.trim_start_matches("oracle: ")
+                    )
+                })
+                .collect();
+            let _ = write!(
+                out,
+                "\noracle on {}: {} invariant verdicts, {pass} kept, {known} known gap, {fail} FAIL",
+                run.name,
+                pass + known + fail
+            );
+            if broken.is_empty() {
+                out.push('\n');
+            } else {
+                let _ = writeln!(out, "; broken: {}", broken.join("; "));
+            }
+        }
         for (mark, heading) in [
             (
                 Mark::Fixed,
@@ -353,6 +385,7 @@ impl Report {
                 run.name, c.pass, c.known_gap, c.fixed, c.fail, c.not_run
             );
         }
+        out.push_str(&self.oracle_markdown());
         out.push_str(
             "\nCells: `pass` the bound held; `known gap` it failed as the target's gap list says \
              (upstream issue, or the listed reason); `fixed?` the list names a gap that did not \
@@ -373,6 +406,53 @@ impl Report {
                     let _ = writeln!(out, "- {words}: {long}");
                 }
             }
+        }
+        out
+    }
+
+    /// The oracle's invariants, one row each, judged on every test of every target: how many
+    /// runs kept them, broke them as a listed gap, and broke them otherwise.
+    fn oracle_markdown(&self) -> String {
+        let per_target: Vec<Vec<(String, usize, usize, usize)>> =
+            self.runs.iter().map(oracle_counts).collect();
+        let mut invariants: Vec<String> = Vec::new();
+        for (words, ..) in per_target.iter().flatten() {
+            if !invariants.contains(words) {
+                invariants.push(words.clone());
+            }
+        }
+        if invariants.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "\n### The oracle: every run judged by its whole history\n\n\
+             Runs that kept each invariant / broke it as a listed gap / broke it otherwise.\n\n\
+             | invariant |",
+        );
+        for run in &self.runs {
+            let _ = write!(out, " {} |", run.name);
+        }
+        out.push_str("\n|---|");
+        for _ in &self.runs {
+            out.push_str("---|");
+        }
+        out.push('\n');
+        for words in &invariants {
+            let _ = write!(
+                out,
+                "| {} |",
+                cell_text(words.trim_start_matches("oracle: "))
+            );
+            for counts in &per_target {
+                let cell = counts
+                    .iter()
+                    .find(|(seen, ..)| seen == words)
+                    .map_or("n/a".to_owned(), |(_, pass, known, fail)| {
+                        format!("{pass} / {known} / {fail}")
+                    });
+                let _ = write!(out, " {cell} |");
+            }
+            out.push('\n');
         }
         out
     }
@@ -478,7 +558,11 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
         figures
     };
     let failing = of(&[Outcome::Fail, Outcome::Mismatch]);
-    let known = of(&[Outcome::KnownGap]);
+    // The oracle judges every test: a known gap it found is shown beside the test's own
+    // verdicts, not instead of them (the oracle's own table counts them).
+    let (oracle_known, known): (Vec<&Record>, Vec<&Record>) = of(&[Outcome::KnownGap])
+        .into_iter()
+        .partition(|verdict| is_oracle(verdict));
     let fixed = of(&[Outcome::Fixed]);
     let junit_failure = case
         .filter(|c| !c.passed)
@@ -534,7 +618,12 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
                 .chain(verdicts.iter().filter(|v| v.window.is_none()).take(1))
                 .take(1)
                 .collect();
-            (Mark::Pass, "pass".to_owned(), shown, None)
+            let label = if oracle_known.is_empty() {
+                "pass".to_owned()
+            } else {
+                format!("pass (oracle: known gap {})", listed_labels(&oracle_known))
+            };
+            (Mark::Pass, label, shown, None)
         };
     Cell {
         mark,
@@ -543,6 +632,37 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
         why,
         verdicts,
     }
+}
+
+/// Whether a verdict is one of the oracle's (`fixtures::oracle`), not the test's own.
+pub fn is_oracle(verdict: &Record) -> bool {
+    verdict.what.starts_with("oracle: ")
+}
+
+/// The oracle's invariants as judged on one target's run: `(invariant's words, pass, known
+/// gap, FAIL)`, in the order first seen.
+pub fn oracle_counts(run: &TargetRun) -> Vec<(String, usize, usize, usize)> {
+    let mut counts: Vec<(String, usize, usize, usize)> = Vec::new();
+    for verdict in run.verdicts.iter().filter(|v| is_oracle(v)) {
+        let words = verdict
+            .what
+            .rsplit_once(" (board ")
+            .map_or(verdict.what.as_str(), |(words, _)| words)
+            .to_owned();
+        let index = match counts.iter().position(|(seen, ..)| *seen == words) {
+            Some(index) => index,
+            None => {
+                counts.push((words, 0, 0, 0));
+                counts.len() - 1
+            }
+        };
+        match verdict.outcome {
+            Outcome::Pass | Outcome::Fixed => counts[index].1 += 1,
+            Outcome::KnownGap => counts[index].2 += 1,
+            Outcome::Fail | Outcome::Mismatch => counts[index].3 += 1,
+        }
+    }
+    counts
 }
 
 fn listed_labels(verdicts: &[&Record]) -> String {
