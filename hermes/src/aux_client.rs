@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::core::ProviderFault;
 
-/// Reply bodies above this many bytes are cut off and treated as malformed (SPEC §7 B8).
+/// Reply bodies above this many bytes are cut off and treated as malformed (contract §7 B8).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// How much of an error reply is read, only to log it: enough for a provider's message, not

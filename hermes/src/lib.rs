@@ -10,6 +10,8 @@
 //! - `auto`: the one automatic step (sync, guards, due cards, attempts) that the gateway tick
 //!   and `kanban decompose --all` share;
 //! - `dispatch`: the gateway's loop, lock and signals; `cli`: one file per verb.
+//!
+//! Comments cite the contract by section (`contract §7 B5`): `docs/contract.md`.
 
 pub mod auto;
 pub mod aux_client;

@@ -109,7 +109,7 @@ pub struct Counts {
     pub not_run: usize,
 }
 
-/// The promises of SPEC §7 and the contracts around them, in words: (label, short, long).
+/// The promises of contract §7 and the contracts around them, in words: (label, short, long).
 const BOUNDS: &[(&str, &str, &str)] = &[
     (
         "B1",
@@ -155,17 +155,17 @@ const BOUNDS: &[(&str, &str, &str)] = &[
     (
         "cli",
         "CLI contract",
-        "the CLI's exit codes and JSON lines (SPEC §4)",
+        "the CLI's exit codes and JSON lines (contract §4)",
     ),
     (
         "reply",
         "reply contract",
-        "every reply the contract allows is applied as written (SPEC §5)",
+        "every reply the contract allows is applied as written (contract §5)",
     ),
     (
         "gateway",
         "one gateway",
-        "one gateway per board; a second one refuses to start (SPEC §6)",
+        "one gateway per board; a second one refuses to start (contract §6)",
     ),
     (
         "switch",

@@ -1,4 +1,4 @@
-//! Reply limits at their boundary (SPEC B3), where an off-by-one hides: the last valid parent
+//! Reply limits at their boundary (contract §7 B3), where an off-by-one hides: the last valid parent
 //! index is accepted (the index equal to the number of tasks, one past it, is rejected in
 //! `hostile_replies`), and a fan-out of exactly the child cap is applied while one child more is
 //! rejected whole.

@@ -1,4 +1,4 @@
-//! A card in flight is paid for by nobody else (SPEC B1, B4): sweeps started together bill each
+//! A card in flight is paid for by nobody else (contract §7 B1, B4): sweeps started together bill each
 //! card once, and a person's `decompose ID` (or a sweep) on a card another process has in flight
 //! is refused without a request, saying until when the card is taken.
 

@@ -1,4 +1,4 @@
-//! Absurd numbers in `config.yaml` (SPEC §2): a key's value far outside any sensible range is a
+//! Absurd numbers in `config.yaml` (contract §2): a key's value far outside any sensible range is a
 //! clear error naming the key, at start, with exit 1 — so a `decompose` under such a config
 //! pays for nothing — and no verb ever answers one with a crash.
 //!

@@ -1,6 +1,6 @@
 //! Upstream's decomposer settings (`auxiliary.kanban_decomposer.*`) shape the call a `kanban
 //! decompose` pays for, on every target: upstream honours its own keys, and the reference honours
-//! them with upstream's precedence (SPEC §2). Each is judged by what the fake provider received:
+//! them with upstream's precedence (contract §2). Each is judged by what the fake provider received:
 //! the model the body names (the price of the call), the bearer it was sent with, its fields.
 
 use fixtures::aux_model::{Received, MODEL_NAME};

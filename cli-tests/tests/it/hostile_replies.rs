@@ -1,4 +1,4 @@
-//! Replies that must be rejected whole (SPEC B3 and §5): the card stays in triage with its
+//! Replies that must be rejected whole (contract §7 B3 and §5): the card stays in triage with its
 //! title and body, no row is written but the attempt's own records, and exactly one request was
 //! paid for it.
 //!

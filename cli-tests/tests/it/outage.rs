@@ -1,4 +1,4 @@
-//! A provider that cannot be reached costs nothing (SPEC B5): a sweep and a person's decompose
+//! A provider that cannot be reached costs nothing (contract §7 B5): a sweep and a person's decompose
 //! made while nothing listens on the provider's port spend no card's budget, so once the
 //! provider is back the card is decomposed, with one bill. The same holds for a host that never
 //! answers the connection at all (its listen queue is full): the call ends when connecting gives

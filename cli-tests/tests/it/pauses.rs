@@ -1,4 +1,4 @@
-//! A board-wide pause (SPEC B5) ends when its time is up or when a person lifts it (`kanban
+//! A board-wide pause (contract §7 B5) ends when its time is up or when a person lifts it (`kanban
 //! resume`), never earlier: a later refusal that asks for a shorter wait leaves the longer pause
 //! in force, and one that asks for a longer wait extends it, so the sweeps after either still
 //! bill nothing.

@@ -1,5 +1,5 @@
 //! Two `kanban decompose` processes racing on one card: exactly one graph is applied, never two
-//! (SPEC B4: the apply transaction re-checks that the card is still in triage).
+//! (contract §7 B4: the apply transaction re-checks that the card is still in triage).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Retries inside one attempt (SPEC B5): the tries of one `kanban decompose ID` are spaced by a
+//! Retries inside one attempt (contract §7 B5): the tries of one `kanban decompose ID` are spaced by a
 //! jittered, doubling delay, a 503's `Retry-After` is waited for when it fits the attempt, and
 //! one that does not fit ends the retries instead of the attempt's bound.
 //!

@@ -1,4 +1,4 @@
-//! `kanban decompose --all` and human holds (SPEC B7): the sweep never bills a card with prior
+//! `kanban decompose --all` and human holds (contract §7 B7): the sweep never bills a card with prior
 //! runs or a `needs_input` / `capability` block, while an explicit `kanban decompose ID` on such a
 //! card is a person's choice and makes exactly one request.
 

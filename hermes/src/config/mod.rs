@@ -207,7 +207,7 @@ pub struct KanbanConfig {
 /// does, so a config written for upstream keeps working without multiplying the bill further.
 pub const MAX_TRANSIENT_RETRIES: u32 = 6;
 
-// The defaults of SPEC §2, in one place.
+// The defaults of contract §2, in one place.
 const DEFAULT_TRANSIENT_RETRIES: u32 = 2;
 const DEFAULT_AUX_TIMEOUT_SECS: u64 = 120;
 const DEFAULT_DISPATCH_INTERVAL_SECS: u64 = 60;

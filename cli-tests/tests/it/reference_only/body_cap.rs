@@ -1,4 +1,4 @@
-//! The reply body cap at its boundary (SPEC B8): a body of exactly 1 MiB is read and applied,
+//! The reply body cap at its boundary (contract §7 B8): a body of exactly 1 MiB is read and applied,
 //! one byte more is cut off and counted as a failed attempt, whether the body is one JSON
 //! completion or an event stream.
 

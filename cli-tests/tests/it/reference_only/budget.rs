@@ -1,4 +1,4 @@
-//! The sweep's budgets at their boundaries (SPEC B1, B6): `decompose_max_attempts` sweeps bill a
+//! The sweep's budgets at their boundaries (contract §7 B1, B6): `decompose_max_attempts` sweeps bill a
 //! failing card exactly that many times (0 included: the card is parked the first time it is
 //! picked), `decompose_calls_per_hour: 0` lets no sweep pay at all, and in every case a
 //! person's `decompose ID` still makes exactly one attempt.

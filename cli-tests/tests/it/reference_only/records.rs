@@ -1,4 +1,4 @@
-//! What the reference records about requests that did not simply succeed (SPEC B5, B9): every
+//! What the reference records about requests that did not simply succeed (contract §7 B5, B9): every
 //! try of a retried attempt keeps its own ledger row; requests that never reached the provider
 //! cost no card's budget and show in `usage` with the pause they caused; and requests a dead
 //! process left `in_flight` are closed as `unknown` by the next sweep and shown in `usage`.

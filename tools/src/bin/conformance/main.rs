@@ -200,18 +200,32 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     Ok(report.all_held())
 }
 
-/// nextest runs the suite; without it nothing else can happen, so say how to get it first.
+/// nextest runs the suite; without it nothing else can happen, so a fresh machine gets it here
+/// (the one command a newcomer runs sets up what it needs), saying so first.
 fn check_nextest(ws: &Workspace) -> anyhow::Result<()> {
-    let found = ws
+    let found = || {
+        ws.cargo()
+            .args(["nextest", "--version"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if found() {
+        return Ok(());
+    }
+    eprintln!(
+        "conformance: cargo-nextest is not installed; the suite runs through it. Installing it \
+         (once, a few minutes): cargo install --locked cargo-nextest"
+    );
+    let installed = ws
         .cargo()
-        .args(["nextest", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .args(["install", "--locked", "cargo-nextest"])
         .status()
-        .is_ok_and(|status| status.success());
-    if !found {
+        .context("running cargo install --locked cargo-nextest")?;
+    if !installed.success() || !found() {
         bail!(
-            "cargo-nextest is not installed; the suite runs through it. Install it with:\n\n    \
+            "cargo-nextest could not be installed ({installed}); install it by hand with:\n\n    \
              cargo install --locked cargo-nextest\n"
         );
     }
