@@ -97,9 +97,13 @@ fn the_stalled_request(board: &Board, card: &str) -> Option<Received> {
 fn judge_stalled_call(board: &Board, card: &str, before: &Task, timeout: Duration, what: &str) {
     let (run, took) = decompose_stalled(board, card);
     let request = the_stalled_request(board, card);
-    let held = request
-        .as_ref()
-        .and_then(|call| Some(call.answer.ended?.saturating_duration_since(call.arrived)));
+    // Until the client hung up, or until now when it never did.
+    let held = request.as_ref().map(|call| {
+        call.answer
+            .ended
+            .unwrap_or_else(Instant::now)
+            .saturating_duration_since(call.arrived)
+    });
     // The precondition: the stall was reached, so the client saw the head (and any body sent).
     if let Some(call) = &request {
         let reached = call.answer.head_sent.is_some()
