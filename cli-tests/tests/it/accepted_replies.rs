@@ -1,5 +1,6 @@
 //! Replies that must be applied: a fan-out with a sibling edge, JSON wrapped in code fences, a
-//! single-task promotion, and titles full of characters that break careless quoting.
+//! single-task promotion, titles full of characters that break careless quoting, and replies
+//! sent chunked with no `Content-Length`.
 
 use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
@@ -305,5 +306,58 @@ fn a_stream_ended_by_a_bare_final_done_is_applied(board: Board) {
     findings
         .verdict("a stream ended by a bare final [DONE] is applied")
         .context(|| format!("{}\n{}", run.output, board.diag(&root)))
+        .gap(GapKind::ReplyNotApplied);
+}
+
+/// A reply sent with `Transfer-Encoding: chunked` and no `Content-Length`, in chunks of a few
+/// dozen bytes (cut anywhere, mid-event and mid-character), is a healthy reply: it leaves exactly
+/// the rows the same reply sent whole leaves on a board of its own.
+#[rstest]
+#[case::json_completion(Reply::graph(3, &[(2, &[0])]))]
+#[case::event_stream(Reply::event_stream(graph_value(3, &[(2, &[0])]).to_string()))]
+fn a_chunked_reply_leaves_the_rows_the_same_reply_sent_whole_leaves(#[case] reply: Reply) {
+    let decomposed = |reply: Reply| {
+        let board = Board::new(Config::plain());
+        let root = board.create("ship the feature", &["--triage", "--body", "in parts"]);
+        board.aux().reply(&root, reply);
+        let run = decompose_card(&board, &root);
+        (board, root, run)
+    };
+    let (whole_board, whole_root, whole_run) = decomposed(reply.clone());
+    let (board, root, run) = decomposed(reply.chunked());
+
+    // The precondition: the second reply went out chunked, to its end.
+    let answers: Vec<_> = board
+        .aux()
+        .billed_calls()
+        .into_iter()
+        .map(|call| call.answer)
+        .collect();
+    assert!(
+        answers
+            .iter()
+            .all(|answer| matches!(answer.framing, fixtures::aux_model::Framing::Chunked { .. })),
+        "{answers:?}"
+    );
+    judge_one_good_request(&board, &root, &run);
+    let mut findings = Findings::new();
+    findings
+        .equal("ok", &run.ok(), &Some(true))
+        .equal("children", &board.rows().children_of(&root).len(), &3)
+        .equal(
+            "rows (as after the same reply sent whole)",
+            &BoardRows::capture(&board, &[&root]),
+            &BoardRows::capture(&whole_board, &[&whole_root]),
+        );
+    findings
+        .verdict("a chunked reply is applied as the same reply sent whole")
+        .context(|| {
+            format!(
+                "{}\n{}\nsent whole:\n{}",
+                run.output,
+                board.diag(&root),
+                whole_run.output
+            )
+        })
         .gap(GapKind::ReplyNotApplied);
 }

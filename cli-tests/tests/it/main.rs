@@ -18,6 +18,7 @@
 //! | `claims` | a card in flight: parallel sweeps, a second decompose refused |
 //! | `retries` | tries spaced within one attempt, `Retry-After` honoured or ending the retries |
 //! | `outage` | an unreachable provider costs nothing; the card is decomposed once it is back |
+//! | `stalls` | a reply that stalls after its head or mid-body ends at the (stricter) call timeout |
 //! | `pauses` | a board-wide pause is shortened by no later refusal |
 //! | `config_extremes` | absurd numbers in `config.yaml` |
 //! | `decomposer` | upstream's decomposer settings (model, key, extra body) reach the call |
@@ -74,6 +75,7 @@ mod races;
 mod reference_only;
 mod retries;
 mod seed;
+mod stalls;
 mod sweep;
 mod zero_cost;
 

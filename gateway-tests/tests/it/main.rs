@@ -26,6 +26,7 @@ mod refusals;
 mod restarts;
 mod seed;
 mod singleton;
+mod stalls;
 mod support;
 mod timing;
 mod with_upstream;

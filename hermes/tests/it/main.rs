@@ -3,7 +3,7 @@
 //! real process (CLI verbs, the gateway, the board file shared with upstream).
 //!
 //! The fake provider is the conformance suite's own (`fixtures::aux_model::AuxModel`): one
-//! wiremock server per test with per-card replies, recorded requests and arrival times. It runs
+//! HTTP/1.1 server per test with per-card replies, recorded requests and arrival times. It runs
 //! on its own runtime, so the tests here are plain `#[test]`s that drive the async library
 //! through [`support::runtime`], and read the provider's record between those calls.
 //!
