@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::{CliError, Context, Outcome};
+use super::{note, CliError, Context, Outcome};
 use crate::auto::{self, SweepStop};
 use crate::clock::utc_ms;
 use crate::core::{AttemptOutcome, BeginRefusal, Origin};
@@ -45,12 +45,16 @@ pub fn run(ctx: &Context, args: &DecomposeArgs) -> Result<Outcome, CliError> {
 }
 
 fn attempt_context(ctx: &Context) -> Result<AttemptContext, CliError> {
-    Ok(AttemptContext::from_config(
+    let attempt = AttemptContext::from_config(
         Arc::new(ctx.config.clone()),
         &ctx.home,
         roster(&ctx.home, &ctx.config),
         ctx.home.db_path(),
-    )?)
+    )?;
+    for warning in attempt.warnings.iter() {
+        ctx.warn(warning);
+    }
+    Ok(attempt)
 }
 
 async fn decompose_one(ctx: &Context, id: &str) -> Result<Outcome, CliError> {
@@ -142,7 +146,11 @@ fn report(ctx: &Context, outcome: &AttemptOutcome) -> Result<Outcome, CliError> 
             None => outcome.reason(),
         };
         let verdict = if outcome.ok() { "ok" } else { "failed" };
-        ctx.print(&format!("{}: {verdict}: {detail}", outcome.task_id()))?;
+        ctx.print(&format!(
+            "{}: {verdict}: {}",
+            outcome.task_id(),
+            crate::core::text::one_line(&detail)
+        ))?;
     }
     Ok(if outcome.ok() {
         Outcome::Success
@@ -167,9 +175,4 @@ fn refuse(ctx: &Context, id: &str, refusal: &BeginRefusal) -> Result<Outcome, Cl
         }
         _ => Err(anyhow::anyhow!("{id}: {refusal}; no request was sent").into()),
     }
-}
-
-fn note(message: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "hermes: {message}");
 }

@@ -22,11 +22,12 @@ use crate::aux_client::{AuxClient, AuxError, AuxSettings, Completion};
 use crate::config::{Config, DecomposerEndpoint, DecomposerSetupError, Home};
 use crate::core::time::after;
 use crate::core::{
-    Applied, AttemptBudget, AttemptOutcome, Backoff, FaultPause, Origin, Plan, ProviderFault,
-    MAX_RETRY_AFTER,
+    rate_limit_pause, Applied, AttemptBudget, AttemptOutcome, Backoff, FaultPause, Origin, Plan,
+    ProviderFault, MAX_RETRY_AFTER,
 };
 use crate::decompose::prompt::{build_messages, PromptCard};
 use crate::decompose::reply::{parse_reply, GraphLimits, Rejection};
+use crate::output;
 use crate::store::{
     now_ms, ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, BoardHandle, FailureRecord,
     LedgerClose, LedgerOpen, NothingSentRecord, PauseRecord, UnreachableRecord,
@@ -45,6 +46,8 @@ pub struct AttemptContext {
     /// Profile names the model may route children to.
     pub roster: Arc<Vec<String>>,
     pub db_path: PathBuf,
+    /// What resolving the endpoint had to skip (bad `.env` lines), for the caller to report.
+    pub warnings: Arc<Vec<String>>,
 }
 
 impl AttemptContext {
@@ -82,6 +85,10 @@ impl AttemptContext {
         roster: Vec<String>,
         db_path: PathBuf,
     ) -> Result<Self, AttemptSetupError> {
+        if let Some(key) = &endpoint.api_key {
+            output::register_secret(key);
+        }
+        output::register_url(&endpoint.base_url);
         let client = AuxClient::new(AuxSettings {
             base_url: endpoint.base_url,
             model: endpoint.model,
@@ -98,6 +105,7 @@ impl AttemptContext {
             client: Arc::new(client),
             roster: Arc::new(roster),
             db_path,
+            warnings: Arc::new(endpoint.warnings),
         })
     }
 }
@@ -187,6 +195,8 @@ pub async fn run_attempt(
             return apply(&store, &cfg, &ticket, plan, origin, requests).await;
         }
     };
+    // The ledger rows of the requests keep their text (capped); the card keeps a summary.
+    let reason = output::summary(&reason);
 
     let park = ticket.attempt >= cfg.kanban.decompose_max_attempts;
     let now = now_ms();
@@ -195,7 +205,7 @@ pub async fn run_attempt(
         retry_after: Some(wait),
     }) = &fault
     {
-        next_due_ms = next_due_ms.max(after(now, (*wait).min(MAX_RETRY_AFTER)));
+        next_due_ms = next_due_ms.max(after(now, rate_limit_pause(Some(*wait))));
     }
     let fault = fault.map(|fault| {
         let lasts = fault.pause_for(cfg.kanban.provider_cooldown);
@@ -242,10 +252,10 @@ async fn nothing_sent(
         End::Failed(err) if err.is_undelivered() => {
             let reason = err.to_string();
             let record = UnreachableRecord {
-                reason: match &err {
+                reason: output::summary(&match &err {
                     AuxError::Unreachable(detail) => detail.clone(),
                     other => other.to_string(),
-                },
+                }),
                 backoff_base: cfg.kanban.decompose_backoff,
             };
             (reason, Some(record))
@@ -260,6 +270,7 @@ async fn nothing_sent(
         // An answer is a delivered request; it never gets here.
         End::Answered(_) => ("answered".to_owned(), None),
     };
+    let reason = output::summary(&reason);
     let record = NothingSentRecord {
         attempt: ticket.attempt,
         now_ms: now_ms(),
@@ -533,7 +544,7 @@ fn ledger_answered(done: &Completion, rejection: Option<&Rejection>) -> LedgerCl
         http_status: Some(done.http_status),
         prompt_tokens: done.usage.prompt_tokens,
         completion_tokens: done.usage.completion_tokens,
-        detail: rejection.map(|r| r.to_string()),
+        detail: rejection.map(|r| output::stored(&r.to_string())),
     }
 }
 
@@ -541,7 +552,11 @@ fn ledger_answered(done: &Completion, rejection: Option<&Rejection>) -> LedgerCl
 fn ledger_failed(err: Option<&AuxError>) -> LedgerClose {
     let (outcome, http_status, detail) = match err {
         None => ("aborted", None, "the gateway was shutting down".to_owned()),
-        Some(err) => (err.outcome(), err.http_status(), err.to_string()),
+        Some(err) => (
+            err.outcome(),
+            err.http_status(),
+            output::stored(&err.to_string()),
+        ),
     };
     LedgerClose {
         ended_at_ms: now_ms(),

@@ -310,6 +310,9 @@ impl Dispatcher {
             self.home.db_path(),
         ) {
             Ok(ctx) => {
+                for warning in ctx.warnings.iter() {
+                    warn!("{warning}");
+                }
                 self.context = Some(ctx);
                 self.setup_notice.clear();
             }
@@ -325,6 +328,7 @@ impl Dispatcher {
     fn reload_config(&mut self) {
         match Config::load(&self.home) {
             Ok(fresh) => {
+                crate::output::register_config(&fresh);
                 if self.config_notice.clear() {
                     info!("config.yaml is valid again; using it");
                 }

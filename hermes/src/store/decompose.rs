@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::board::{add_event, canonical_assignee, insert_task_row, promote_ready, TaskRow};
 use super::claims::{abandon, claim_of, put_claim, refund, release, Recovered};
 use super::guards::{auto_gate, set_pause, set_unreachable_pause, unreachable_streak, AutoGate};
-use super::{SqlResultExt, Status, Store, StoreError};
+use super::{lenient, SqlResultExt, Status, Store, StoreError};
 use crate::core::time::after;
 use crate::core::{
     unreachable_pause, Backoff, BeginRefusal, ChildSpec, Origin, Plan, UnreachablePause,
@@ -276,10 +276,10 @@ pub(super) fn state_row(conn: &Connection, task_id: &str) -> Result<Option<State
         [task_id],
         |r| {
             Ok(StateRow {
-                attempts: r.get(0)?,
-                due_at_ms: r.get(1)?,
-                parked_at_ms: r.get(2)?,
-                opt_out: r.get::<_, i64>(3)? != 0,
+                attempts: lenient::count_u32(r, 0)?.unwrap_or(0),
+                due_at_ms: lenient::int(r, 1)?,
+                parked_at_ms: lenient::int(r, 2)?,
+                opt_out: lenient::int(r, 3)?.is_some_and(|n| n != 0),
             })
         },
     )

@@ -14,6 +14,7 @@ mod decompose_tests;
 mod guards;
 mod handle;
 mod ledger;
+mod lenient;
 mod pyjson;
 mod recovery;
 pub(crate) mod schema;

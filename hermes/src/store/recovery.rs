@@ -10,7 +10,7 @@ use serde_json::json;
 use super::board::add_event;
 use super::decompose::{state_row, StateRow};
 use super::guards::{board_pause, unreachable_pause, PAUSE_KEY, UNREACHABLE_KEY};
-use super::{SqlResultExt, Status, Store, StoreError};
+use super::{lenient, SqlResultExt, Status, Store, StoreError};
 
 /// The board-state key recording the last `kanban resume`.
 const RESUME_KEY: &str = "provider_pause_cleared";
@@ -338,22 +338,18 @@ fn calls(conn: &Connection, filter: &CallFilter) -> Result<Vec<LedgerCall>, Stor
             |r| {
                 Ok(LedgerCall {
                     id: r.get(0)?,
-                    task_id: r.get(1)?,
-                    origin: r.get(2)?,
-                    attempt: r.get(3)?,
-                    try_no: r.get(4)?,
-                    started_at_ms: r.get(5)?,
-                    ended_at_ms: r.get(6)?,
-                    outcome: r.get(7)?,
-                    http_status: r.get(8)?,
+                    task_id: lenient::text(r, 1)?,
+                    origin: lenient::text(r, 2)?.unwrap_or_default(),
+                    attempt: lenient::count_u32(r, 3)?,
+                    try_no: lenient::count_u32(r, 4)?.unwrap_or(0),
+                    started_at_ms: lenient::int(r, 5)?.unwrap_or(0),
+                    ended_at_ms: lenient::int(r, 6)?,
+                    outcome: lenient::text(r, 7)?.unwrap_or_default(),
+                    http_status: lenient::int(r, 8)?.and_then(|n| u16::try_from(n).ok()),
                     // Negative counts can only come from another tool's bad row: shown as unknown.
-                    prompt_tokens: r
-                        .get::<_, Option<i64>>(9)?
-                        .and_then(|n| u64::try_from(n).ok()),
-                    completion_tokens: r
-                        .get::<_, Option<i64>>(10)?
-                        .and_then(|n| u64::try_from(n).ok()),
-                    detail: r.get(11)?,
+                    prompt_tokens: lenient::count_u64(r, 9)?,
+                    completion_tokens: lenient::count_u64(r, 10)?,
+                    detail: lenient::text(r, 11)?,
                 })
             },
         )
