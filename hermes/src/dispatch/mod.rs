@@ -357,9 +357,8 @@ impl Dispatcher {
         self.recover().await;
         let kanban = &self.config.kanban;
         if !kanban.auto_decompose {
-            self.switch_notice.info(
-                "auto-decompose is off (kanban.auto_decompose: false): no paid calls".to_owned(),
-            );
+            self.switch_notice
+                .info(format!("{}: no paid calls", auto::SWITCHED_OFF));
             return;
         }
         if self.switch_notice.clear() {
@@ -563,6 +562,9 @@ impl Dispatcher {
             }
             AttemptOutcome::NothingSent { .. } => {
                 info!(card = %task_id, "decompose attempt not counted: {}", outcome.reason());
+            }
+            AttemptOutcome::Superseded { .. } => {
+                warn!(card = %task_id, attempt = outcome.attempt(), "{}", outcome.reason());
             }
             AttemptOutcome::Failed { .. } | AttemptOutcome::LeftTriage { .. } => {
                 info!(card = %task_id, attempt = outcome.attempt(), "decompose attempt failed: {}", outcome.reason());

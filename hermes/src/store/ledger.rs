@@ -6,6 +6,7 @@
 use rusqlite::params;
 use serde::Serialize;
 
+use super::claims::claim_is_ours;
 use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
 use super::{lenient, SqlResultExt, Store, StoreError};
 use crate::core::{BeginRefusal, Origin};
@@ -23,6 +24,9 @@ pub struct LedgerOpen {
     /// refused if the board is paused or the rolling hour already holds this many paid calls,
     /// so no request leaves once another one's refusal has been recorded (B5, B6).
     pub guards: Option<u32>,
+    /// The attempt's lease: no row is opened (no request leaves) once another attempt took the
+    /// card over. `None` only outside an attempt (tests, tools).
+    pub fence: Option<String>,
 }
 
 /// How a ledger row's request ended.
@@ -118,6 +122,9 @@ impl Store {
         open: &LedgerOpen,
     ) -> Result<Result<i64, BeginRefusal>, StoreError> {
         self.write(|tx| {
+            if !claim_is_ours(tx, &open.task_id, open.fence.as_deref())? {
+                return Ok(Err(BeginRefusal::ClaimLost));
+            }
             if let Some(limit) = open.guards {
                 match auto_gate(tx, open.started_at_ms, limit)? {
                     AutoGate::Open { .. } => {}
