@@ -635,11 +635,12 @@ fn parse_json_reply(reply: &Value) -> Result<ParsedReply, AuxError> {
 }
 
 /// The message of an `error` object (or string) that some providers send with a 2xx status, cut
-/// to what the board would keep of it (`core::text::cap`): a provider's megabyte of error text
-/// is not carried further than the reply's own buffer.
+/// to what the board would keep of it with its original size noted: a provider's megabyte of
+/// error text is not carried further than the reply's own buffer.
 fn provider_error_message(reply: &Value) -> Option<String> {
+    use crate::core::text::{cut, PROVIDER_MESSAGE_CAP};
     let message = whole_provider_error_message(reply)?;
-    Some(crate::core::text::cap(&message).into_owned())
+    Some(cut(&message, PROVIDER_MESSAGE_CAP).into_owned())
 }
 
 fn whole_provider_error_message(reply: &Value) -> Option<String> {

@@ -152,6 +152,17 @@ pub fn decompose_card(board: &Board, id: &str) -> Decomposition {
     decompose(board, &[id])
 }
 
+/// `kanban decompose ID --force --json`: a person's decompose that goes past the board-wide
+/// pause and hourly ceiling. Upstream-dialect targets have neither guard (and no `--force`), so
+/// there it is a plain `kanban decompose ID`.
+pub fn decompose_forced(board: &Board, id: &str) -> Decomposition {
+    if board.target().is_reference() {
+        decompose(board, &[id, "--force"])
+    } else {
+        decompose(board, &[id])
+    }
+}
+
 /// `kanban decompose --all --json`.
 pub fn decompose_all(board: &Board) -> Decomposition {
     decompose(board, &["--all"])

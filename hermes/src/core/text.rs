@@ -18,6 +18,10 @@ use std::fmt::Write as _;
 /// The most bytes of provider text the board keeps in one place (a ledger row's detail).
 pub const STORED_TEXT_CAP: usize = 4 * 1024;
 
+/// The most bytes of a provider's own message an error carries: the error's words around it
+/// still fit in [`STORED_TEXT_CAP`], so the note of the message's original size survives.
+pub const PROVIDER_MESSAGE_CAP: usize = STORED_TEXT_CAP - 512;
+
 /// The most bytes of a failure's reason kept where it is only a summary (the card's
 /// `decompose_failed` event and last error, the command's own line): the whole text, capped,
 /// is in the ledger row of the request.
