@@ -11,32 +11,9 @@ use fixtures::rows::unix_ms_ago;
 use rstest::rstest;
 use serde_json::{json, Value};
 
-use crate::{decompose_all, decompose_card, decompose_forced, Decomposition};
-
-/// Text a hostile provider or card carries: CSI (clear screen), OSC (window title) ended by BEL,
-/// a C1 CSI, DEL, a carriage return and a right-to-left override.
-pub const HOSTILE: &str = "\u{1b}[2J\u{1b}]0;owned\u{7} \u{9b}31m red \u{7f}\r\u{202e}desrever";
-
-/// Every character of `text` that must not reach a terminal raw (a line break may).
-pub fn raw_controls(text: &str) -> Vec<String> {
-    text.char_indices()
-        .filter(|(_, c)| {
-            (c.is_control() && *c != '\n')
-                || matches!(*c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-        })
-        .map(|(at, c)| format!("{:?} at byte {at}", c))
-        .collect()
-}
-
-/// Notes every raw control character in the stdout and stderr of `output`.
-pub fn no_raw_controls(findings: &mut Findings, output: &CliOutput) {
-    for (stream, text) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
-        let found = raw_controls(text);
-        findings.that(found.is_empty(), || {
-            format!("`{}` {stream}: {}", output.command, found.join(", "))
-        });
-    }
-}
+use crate::{
+    decompose_all, decompose_card, decompose_forced, no_raw_controls, Decomposition, HOSTILE,
+};
 
 /// A 200 reply whose body is a provider error object with `message`.
 fn provider_error(message: &str) -> Reply {
