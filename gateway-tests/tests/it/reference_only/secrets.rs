@@ -1,7 +1,8 @@
 //! No output of a whole run shows the provider key or the password of a base URL's userinfo:
 //! a gateway (text and `--json` logs) and every CLI verb, while the provider echoes both in its
 //! error text, and then with a base URL that carries them and cannot be parsed. The board itself
-//! keeps neither.
+//! keeps neither. The provider's text also carries terminal controls, which no log line shows
+//! raw.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -24,16 +25,27 @@ fn decomposer_at(base_url: &str) -> String {
     )
 }
 
+/// Terminal controls in the provider's text: CSI, OSC ended by BEL, a C1 CSI, a line break.
+const CONTROLS: &str = "\u{1b}[2J\u{1b}]0;owned\u{7}\u{9b}31m\nforged log line";
+
 /// A 200 reply whose provider error echoes the key and the URL the call went to.
 fn echoing(url: &str) -> Reply {
     Reply::raw(
         200,
         "application/json",
         json!({"error": {"message": format!(
-            "Incorrect API key provided: {KEY} (Authorization: Bearer {KEY}) for {url}"
+            "Incorrect API key provided: {KEY} (Authorization: Bearer {KEY}) for {url} {CONTROLS}"
         )}})
         .to_string(),
     )
+}
+
+/// Control characters in `log` that a terminal would act on (line breaks between lines aside).
+fn raw_controls(log: &str) -> Vec<String> {
+    log.char_indices()
+        .filter(|(_, c)| c.is_control() && *c != '\n')
+        .map(|(at, c)| format!("{c:?} at byte {at}"))
+        .collect()
 }
 
 #[rstest]
@@ -101,6 +113,10 @@ fn no_output_of_a_whole_run_shows_the_key_or_the_urls_password(
     }
     let text_log = gateway.log();
     drop(gateway);
+    let forged = text_log
+        .lines()
+        .filter(|line| line.starts_with("forged log line"))
+        .count();
     let json_log_path = board.root().join("gateway-json.log");
     let mut json_spec = board
         .gateway_spec()
@@ -115,6 +131,10 @@ fn no_output_of_a_whole_run_shows_the_key_or_the_urls_password(
     );
     let json_log = json_gateway.log();
     drop(json_gateway);
+    let log_controls: Vec<String> = [&text_log, &json_log]
+        .into_iter()
+        .flat_map(|log| raw_controls(log))
+        .collect();
     outputs.push(("gateway run (text log)".to_owned(), text_log));
     outputs.push(("gateway run --json (log)".to_owned(), json_log));
     let db = board.rows().path().to_owned();
@@ -163,4 +183,11 @@ fn no_output_of_a_whole_run_shows_the_key_or_the_urls_password(
     .note(|| shown.join("; "))
     .context(transcript)
     .gap(GapKind::SecretShown);
+    holds(
+        "no gateway log line shows a control character raw or forges another line",
+        log_controls.is_empty() && forged == 0,
+    )
+    .note(|| format!("{}; forged lines: {forged}", log_controls.join(", ")))
+    .context(transcript)
+    .gap(GapKind::RawControlOutput);
 }
