@@ -419,6 +419,7 @@ mod tests {
             vec!["hermes", "kanban", "archive"],
             vec!["hermes", "kanban", "decompose"],
             vec!["hermes", "kanban", "decompose", "t_1", "--all"],
+            vec!["hermes", "kanban", "decompose", "--all", "--force"],
             vec!["hermes", "kanban", "frobnicate"],
             vec!["hermes", "kanban", "unpark"],
             vec!["hermes", "kanban", "resume", "extra"],

@@ -764,3 +764,98 @@ fn a_full_board_writes_nothing_and_its_error_keeps_the_cause() {
     assert!(store.claim(&id).unwrap().is_some(), "rolled back whole");
     assert!(events(&store, &id, "decompose_failed").is_empty());
 }
+
+#[test]
+fn an_attempt_whose_claim_was_taken_over_writes_nothing_more() {
+    let (_dir, mut store) = scratch();
+    let id = triage_card(&mut store, "taken over");
+    let now = now_ms();
+    let mine = begin(&mut store, &id, Origin::Gateway, now).unwrap();
+    // Another attempt took the card over: the claim now carries its lease, not ours.
+    other_process(&store)
+        .execute(
+            "UPDATE hermes_decompose_claims SET lease = 'another-attempt', attempt = 2 WHERE task_id = ?1",
+            [&id],
+        )
+        .unwrap();
+    let before = outcomes(&store);
+    let fence = Some(mine.lease.clone());
+    assert_eq!(
+        store
+            .ledger_open(&LedgerOpen {
+                fence: fence.clone(),
+                task_id: id.clone(),
+                origin: Origin::Gateway,
+                attempt: mine.attempt,
+                try_no: 1,
+                started_at_ms: now,
+                guards: Some(100),
+            })
+            .unwrap(),
+        Err(BeginRefusal::ClaimLost),
+        "no request leaves"
+    );
+    assert_eq!(outcomes(&store), before);
+    let failed = store
+        .record_failure(
+            &id,
+            &FailureRecord {
+                fence: fence.clone(),
+                attempt: mine.attempt,
+                origin: Origin::Gateway,
+                reason: "late".into(),
+                next_due_ms: Some(now),
+                park: true,
+                now_ms: now,
+                pause: None,
+            },
+        )
+        .unwrap();
+    assert!(!failed, "the failure is not recorded");
+    let plan = crate::core::Plan::Single {
+        rationale: "late".into(),
+        title: Some("the woken holder's title".into()),
+        body: None,
+        assignee: "default".into(),
+    };
+    let applied = store
+        .apply_plan(
+            &id,
+            &plan,
+            &ApplyOptions {
+                fence: fence.clone(),
+                orchestrator: "default".into(),
+                auto_promote: true,
+                author: "auto-decomposer".into(),
+                now_ms: now,
+            },
+        )
+        .unwrap();
+    assert_eq!(applied, ApplyResult::ClaimLost);
+    let card = store.get(&id).unwrap();
+    assert_eq!(
+        (card.title.as_str(), card.status),
+        ("taken over", Status::Triage)
+    );
+    assert_eq!(card.decompose.unwrap().parked_at_ms, None);
+    assert_eq!(
+        store
+            .record_nothing_sent(
+                &id,
+                &NothingSentRecord {
+                    fence,
+                    attempt: mine.attempt,
+                    now_ms: now,
+                    unreachable: None,
+                },
+            )
+            .unwrap(),
+        NothingSentRecorded::ClaimLost
+    );
+    let claim = store.claim(&id).unwrap().unwrap();
+    assert_eq!(
+        (claim.lease.as_deref(), claim.attempt),
+        (Some("another-attempt"), 2),
+        "the other attempt's claim stands"
+    );
+}
