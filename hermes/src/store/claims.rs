@@ -276,9 +276,10 @@ pub(crate) fn release(
 fn why_abandoned(claim: &Claim, state: ClaimState) -> String {
     match state {
         ClaimState::Expired => format!(
-            "the claim of {} expired at {} and its process cannot be checked from here (frozen, \
-             or on another host)",
-            claim.holder(),
+            "the claim of the {} attempt ({}) expired at {} and its process cannot be checked \
+             from here (frozen, or on another host)",
+            claim.origin,
+            process::describe(&claim.owner),
             crate::core::time::utc_ms(claim.until_ms)
         ),
         ClaimState::Ended | ClaimState::Held => format!("{} ended", claim.holder()),
