@@ -155,7 +155,7 @@ pub enum AuxError {
 
 fn fmt_retry_after(retry_after: Option<Duration>) -> String {
     match retry_after {
-        Some(wait) => format!(", retry after {}s", wait.as_secs_f64()),
+        Some(wait) => format!(", {}", crate::core::describe_retry_after(wait)),
         None => String::new(),
     }
 }
@@ -518,12 +518,16 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 }
 
 /// `Retry-After` as delay-seconds (integer or, leniently, fractional) or an HTTP date; a date in
-/// the past means "now". Anything else is unreadable: `None`.
+/// the past means "now", and a number too large to represent (or infinity) reads as
+/// [`Duration::MAX`], for the caller to cap. Anything else (a negative number, NaN, text that is
+/// neither) is unreadable: `None`.
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if let Ok(seconds) = value.parse::<f64>() {
-        // Rejects negative, NaN and infinite values, which `parse` accepts.
-        return Duration::try_from_secs_f64(seconds).ok();
+        if seconds.is_nan() || seconds < 0.0 {
+            return None;
+        }
+        return Some(Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX));
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
@@ -561,7 +565,7 @@ fn log_error_snippet(mut response: reqwest::Response, error: &AuxError) {
 async fn read_capped(response: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, AuxError> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
-        if body.len() + chunk.len() > limit {
+        if body.len().saturating_add(chunk.len()) > limit {
             return Err(AuxError::TooLarge { limit });
         }
         body.extend_from_slice(&chunk);
@@ -578,7 +582,7 @@ async fn read_event_stream(
     let mut stream = SseReader::default();
     let mut received = 0usize;
     while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
-        received += chunk.len();
+        received = received.saturating_add(chunk.len());
         if received > limit {
             return Err(AuxError::TooLarge { limit });
         }
@@ -630,8 +634,16 @@ fn parse_json_reply(reply: &Value) -> Result<ParsedReply, AuxError> {
     })
 }
 
-/// The message of an `error` object (or string) that some providers send with a 2xx status.
+/// The message of an `error` object (or string) that some providers send with a 2xx status, cut
+/// to what the board would keep of it with its original size noted: a provider's megabyte of
+/// error text is not carried further than the reply's own buffer.
 fn provider_error_message(reply: &Value) -> Option<String> {
+    use crate::core::text::{cut, PROVIDER_MESSAGE_CAP};
+    let message = whole_provider_error_message(reply)?;
+    Some(cut(&message, PROVIDER_MESSAGE_CAP).into_owned())
+}
+
+fn whole_provider_error_message(reply: &Value) -> Option<String> {
     let error = reply.get("error")?;
     match error {
         Value::Null => None,
@@ -842,9 +854,20 @@ mod tests {
         );
         let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
         assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
-        for junk in ["soon", "-5", "NaN", "inf", ""] {
+        for junk in ["soon", "-5", "-0.5", "NaN", "-inf", ""] {
             assert_eq!(parse_retry_after(junk, now), None, "{junk:?}");
         }
+        for huge in ["99999999999999999999", "1e300", "inf"] {
+            assert_eq!(
+                parse_retry_after(huge, now),
+                Some(Duration::MAX),
+                "{huge:?}"
+            );
+        }
+        assert_eq!(
+            parse_retry_after("0.001", now),
+            Some(Duration::from_millis(1))
+        );
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! - `decompose`: prompt, reply parsing, one bounded attempt;
 //! - `auto`: the one automatic step (sync, guards, due cards, attempts) that the gateway tick
 //!   and `kanban decompose --all` share;
-//! - `dispatch`: the gateway's loop, lock and signals; `cli`: one file per verb.
+//! - `dispatch`: the gateway's loop, lock and signals; `cli`: one file per verb;
+//! - `output`: what leaves the process as text (redacted, escaped).
 //!
 //! Comments cite the contract by section (`contract §7 B5`): `docs/contract.md`.
 
@@ -21,5 +22,6 @@ pub mod config;
 pub mod core;
 pub mod decompose;
 pub mod dispatch;
+pub mod output;
 pub mod process;
 pub mod store;

@@ -23,7 +23,8 @@
 //! | `config_extremes` | absurd numbers in `config.yaml` |
 //! | `decomposer` | upstream's decomposer settings (model, key, extra body) reach the call |
 //! | `misconfiguration` | a config upstream wrote is read in silence |
-//! | `sweep` | `decompose --all` and human holds |
+//! | `sweep` | `decompose --all`: human holds, the kill switch |
+//! | `terminal_text` | a card's text full of escape sequences reaches no terminal raw |
 //! | `json_shape` | the `--json` line and exit codes |
 //! | `reference_only` | ledger, usage, opt-out, budget, hostile-body bounds (left out on other targets) |
 
@@ -77,6 +78,7 @@ mod retries;
 mod seed;
 mod stalls;
 mod sweep;
+mod terminal_text;
 mod zero_cost;
 
 /// The original suite's fan-out bound: generous over the prompt's advisory 2–6 children.
@@ -152,6 +154,17 @@ pub fn decompose(board: &Board, args: &[&str]) -> Decomposition {
 /// `kanban decompose ID --json`.
 pub fn decompose_card(board: &Board, id: &str) -> Decomposition {
     decompose(board, &[id])
+}
+
+/// `kanban decompose ID --force --json`: a person's decompose that goes past the board-wide
+/// pause and hourly ceiling. Upstream-dialect targets have neither guard (and no `--force`), so
+/// there it is a plain `kanban decompose ID`.
+pub fn decompose_forced(board: &Board, id: &str) -> Decomposition {
+    if board.target().is_reference() {
+        decompose(board, &[id, "--force"])
+    } else {
+        decompose(board, &[id])
+    }
 }
 
 /// `kanban decompose --all --json`.
@@ -286,4 +299,29 @@ pub fn judge_json_line_shape(line: &Value, task_id: &str) {
         json_line_shape(line, task_id),
     )
     .gap(GapKind::WrongJsonLine);
+}
+
+/// Text a hostile provider or card carries: CSI (clear screen), OSC (window title) ended by BEL,
+/// a C1 CSI, DEL, a carriage return and a right-to-left override.
+pub const HOSTILE: &str = "\u{1b}[2J\u{1b}]0;owned\u{7} \u{9b}31m red \u{7f}\r\u{202e}desrever";
+
+/// Every character of `text` that must not reach a terminal raw (a line break may).
+pub fn raw_controls(text: &str) -> Vec<String> {
+    text.char_indices()
+        .filter(|(_, c)| {
+            (c.is_control() && *c != '\n')
+                || matches!(*c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .map(|(at, c)| format!("{:?} at byte {at}", c))
+        .collect()
+}
+
+/// Notes every raw control character in the stdout and stderr of `output`.
+pub fn no_raw_controls(findings: &mut Findings, output: &CliOutput) {
+    for (stream, text) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
+        let found = raw_controls(text);
+        findings.that(found.is_empty(), || {
+            format!("`{}` {stream}: {}", output.command, found.join(", "))
+        });
+    }
 }

@@ -9,7 +9,7 @@ use fixtures::prelude::*;
 use fixtures::verdict::Verdict;
 use rstest::rstest;
 
-use crate::{decompose_all, decompose_card};
+use crate::{decompose_all, decompose_card, decompose_forced};
 
 /// The Retry-After of the first, short pause.
 const SHORT_PAUSE_SECS: u64 = 1;
@@ -42,14 +42,14 @@ fn a_shorter_refusal_during_a_pause_never_shortens_it(
     let unpaid = board.create("an idea behind an unpaid invoice", &["--triage"]);
     aux.reply(&unpaid, Reply::http_error(402, "payment required"));
     let pausing = decompose_all(&board);
-    // A person may still decompose a card by hand while the board is paused. The provider answers
-    // that call with a 429 whose Retry-After has already run out.
+    // A person may still decompose a card by hand while the board is paused, forcing it past the
+    // pause. The provider answers that call with a 429 whose Retry-After has already run out.
     let by_hand = board.create("an idea a person splits during the pause", &["--triage"]);
     aux.reply(
         &by_hand,
         Reply::http_error(429, "slow down, or not").retry_after(0),
     );
-    let manual = decompose_card(&board, &by_hand);
+    let manual = decompose_forced(&board, &by_hand);
     let manual_requests = aux.billed_for(&by_hand);
     let waiting = board.create("an idea waiting out the pause", &["--triage"]);
     aux.reply(&waiting, Reply::graph(2, &[]));
@@ -87,11 +87,12 @@ fn a_longer_refusal_during_a_pause_extends_it(
     );
     let pausing = decompose_all(&board);
     let short_pause_over = Instant::now() + Duration::from_secs(SHORT_PAUSE_SECS) + PAST_THE_END;
-    // During the short pause a person decomposes a card by hand, and the provider answers that
-    // call with a 402: the board must now wait out the cooldown, not the 429's second.
+    // During the short pause a person decomposes a card by hand (forced past the pause), and the
+    // provider answers that call with a 402: the board must now wait out the cooldown, not the
+    // 429's second.
     let by_hand = board.create("an idea a person splits during the pause", &["--triage"]);
     aux.reply(&by_hand, Reply::http_error(402, "payment required"));
-    let manual = decompose_card(&board, &by_hand);
+    let manual = decompose_forced(&board, &by_hand);
     let manual_requests = aux.billed_for(&by_hand);
     let waiting = board.create("an idea waiting out the pause", &["--triage"]);
     aux.reply(&waiting, Reply::graph(2, &[]));

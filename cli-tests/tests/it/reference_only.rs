@@ -9,12 +9,14 @@
 //! | `budget` | the attempt budget and the hourly ceiling at their boundaries (0 included) |
 //! | `records` | ledger rows per try, unreachable requests, rows left in flight |
 //! | `config_extremes` | absurd numbers for the bound keys |
+//! | `hostile_input` | terminal controls, 2^64 − 1 tokens, odd rows, `unpark` in flight, `Retry-After` forms, a bad `.env`, a 900 KB error, off/on in a backoff, guards on `decompose ID` |
 //! | `misconfiguration` | one warning per misspelt key on each verb, none for upstream's keys |
 //! | `recovery` | `unpark`, `resume`, `usage --calls`, `auto-decompose ID on\|off`: effect, exit codes, `--json` |
 
 mod body_cap;
 mod budget;
 mod config_extremes;
+mod hostile_input;
 mod misconfiguration;
 mod records;
 mod recovery;

@@ -93,3 +93,54 @@ fn explicit_decompose_of_a_hold_makes_one_request(#[case] hold: Hold, board: Boa
         .context(|| format!("{}\n{}", run.output, board.diag(&card)))
         .gap(GapKind::ReplyNotApplied);
 }
+
+/// `decompose --all` is a bulk path a cron job may run: with `kanban.auto_decompose: false` it
+/// sends nothing, exits 1 and says why, while an explicit `decompose ID` still decomposes a card.
+#[rstest]
+fn sweep_sends_nothing_while_the_kill_switch_is_off(
+    #[with(Config::plain().kill_switch(false))] board: Board,
+) {
+    let aux = board.aux();
+    let cards: Vec<String> = (0..3)
+        .map(|i| board.create(&format!("idea {i} while switched off"), &["--triage"]))
+        .collect();
+    for card in &cards {
+        aux.reply(card, Reply::graph(2, &[]));
+    }
+
+    let sweep = decompose_all(&board);
+    let bills_of_the_sweep = aux.bills();
+    let by_hand = decompose_card(&board, &cards[0]);
+
+    bound(
+        "bills of a sweep with the kill switch off",
+        bills_of_the_sweep,
+    )
+    .exactly(0)
+    .note(|| board.setting(Setting::KillSwitch))
+    .context(|| sweep.output.to_string())
+    .gap(GapKind::KillSwitchIgnored);
+    let mut findings = Findings::new();
+    findings
+        .equal(
+            "exit code of the switched-off sweep",
+            &sweep.output.code,
+            &Some(1),
+        )
+        .equal("lines of the switched-off sweep", &sweep.lines.len(), &0)
+        .that(
+            sweep.output.stderr.contains("kanban.auto_decompose"),
+            || "the sweep does not say the kill switch stopped it".to_owned(),
+        );
+    findings
+        .verdict("a switched-off sweep refuses, naming kanban.auto_decompose")
+        .context(|| sweep.output.to_string())
+        .gap(GapKind::UnclearRefusal);
+    bound(
+        "requests of a decompose by hand with the kill switch off",
+        aux.billed_for(&cards[0]),
+    )
+    .exactly(1)
+    .context(|| by_hand.output.to_string())
+    .gap(GapKind::NotOneRequest);
+}

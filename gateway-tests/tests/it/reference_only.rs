@@ -5,11 +5,15 @@
 //!
 //! | submodule | concern |
 //! |---|---|
+//! | `claims` | a holder frozen past its claim, taken over, applies nothing when it wakes |
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
+//! | `secrets` | no output of a whole run, nor the board, shows the key or a URL's password |
 
+mod claims;
 mod misconfiguration;
 mod recovery;
+mod secrets;
 
 use std::time::{Duration, Instant};
 

@@ -199,6 +199,7 @@ fn fanout_apply<'a>(
                 },
                 |root| {
                     let opts = ApplyOptions {
+                        fence: None,
                         orchestrator: "default".to_owned(),
                         auto_promote: true,
                         author: "decomposer".to_owned(),
@@ -294,6 +295,7 @@ fn ledger_row(criterion: &mut Criterion, board: &BenchBoard) -> anyhow::Result<(
             |()| {
                 let started = now_ms();
                 let open = LedgerOpen {
+                    fence: None,
                     task_id: task_id.clone(),
                     origin: Origin::Gateway,
                     attempt: 1,

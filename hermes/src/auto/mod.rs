@@ -69,9 +69,18 @@ pub fn describe_recovered(recovered: &Recovered) -> Option<String> {
         return None;
     }
     let mut parts = vec![format!(
-        "closed {} ledger row(s) left in flight by a process that ended before recording them,          as `unknown` (maybe billed; counted toward the hourly ceiling)",
+        "closed {} ledger row(s) left in flight by an attempt that did not record how they went, \
+         as `unknown` (maybe billed; counted toward the hourly ceiling)",
         recovered.closed_rows
     )];
+    if !recovered.expired.is_empty() {
+        parts.push(format!(
+            "the claim on {} had expired and its holder's process cannot be checked from here \
+             (frozen, or on another host): it may still be running, but nothing it sends or \
+             answers now is applied",
+            recovered.expired.join(", ")
+        ));
+    }
     if !recovered.failed.is_empty() {
         parts.push(format!(
             "recorded the abandoned attempt as failed on {}",
@@ -103,9 +112,14 @@ pub async fn attempt(
     run_attempt(ctx, task_id, origin, shutdown).await
 }
 
+/// What the kill switch says when it is off; the gateway's tick and the sweep both stop on it.
+pub const SWITCHED_OFF: &str = "auto-decompose is off (kanban.auto_decompose: false)";
+
 /// Why a sweep ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SweepStop {
+    /// `kanban.auto_decompose` is off: nothing was attempted.
+    SwitchedOff,
     /// No due card is left.
     Done,
     /// The board was paused (by an earlier refusal, here or in another process).
@@ -131,11 +145,15 @@ pub struct SweepReport {
 
 /// `kanban decompose --all`: attempts every due card, one at a time and re-selected each round
 /// (so a card that became due or stopped being due meanwhile is seen as it is now), within the
-/// same budget, pause and ceiling as the gateway. `on_outcome` sees every attempt that ran.
+/// same kill switch, budget, pause and ceiling as the gateway. `on_outcome` sees every attempt
+/// that ran.
 pub async fn sweep(
     ctx: &AttemptContext,
     mut on_outcome: impl FnMut(&AttemptOutcome) -> anyhow::Result<()>,
 ) -> anyhow::Result<SweepReport> {
+    if !ctx.config.kanban.auto_decompose {
+        return Ok(stopped(SweepStop::SwitchedOff, Recovered::default()));
+    }
     let board = BoardHandle::open(&ctx.db_path).await?;
     let recovered = recover(
         &board,

@@ -22,7 +22,9 @@ pub enum Switch {
 #[derive(Debug, Args)]
 #[command(after_help = "\
 `off` opts the card out of automatic decomposition, as `create --no-auto-decompose` does; `on` \
-opts it back in and, for a triage card that is not parked, makes it due now. Each change adds an \
+opts it back in. Neither touches the card's attempt budget or its backoff: a card switched back \
+on is due when its backoff ends (now, if it has none), and a parked card stays parked (`kanban \
+unpark`). Each change adds an \
 `auto_decompose_disabled` / `auto_decompose_enabled` event; asking for the setting the card \
 already has changes nothing.
 
@@ -59,6 +61,11 @@ pub fn run(ctx: &Context, args: &AutoDecomposeArgs) -> Result<Outcome, CliError>
     let state = if done.enabled { "on" } else { "off" };
     let text = match (done.changed, done.next_attempt_at_ms) {
         (false, _) => format!("Auto-decompose of {} was already {state}", done.task_id),
+        (true, Some(due)) if due > now_ms() => format!(
+            "Auto-decompose of {} is {state}; its backoff runs until {}",
+            done.task_id,
+            crate::clock::utc_ms(due)
+        ),
         (true, Some(_)) => format!("Auto-decompose of {} is {state}; due now", done.task_id),
         (true, None) => format!("Auto-decompose of {} is {state}", done.task_id),
     };

@@ -1,19 +1,21 @@
 //! `hermes kanban decompose ID | --all`: paid decompose attempts from the command line.
 //!
 //! `ID` is a person's choice: exactly one attempt, whatever the card's budget, backoff or hold
-//! state (B1, B7) — but never a request for a card that does not exist or is not in triage.
-//! `--all` is the automatic step of `auto`, run as a sweep: only due cards, within the same
+//! state (B1, B7) — but never a request for a card that does not exist or is not in triage, nor
+//! one past the board-wide pause or hourly ceiling unless `--force` says so (and then it says
+//! which it went past). `--all` is the automatic step of `auto`, run as a sweep (a cron job may
+//! run it): nothing while `kanban.auto_decompose` is off, and only due cards, within the same
 //! budget, pause and hourly ceiling as the gateway.
 
 use std::sync::Arc;
 
 use clap::Args;
 
-use super::{CliError, Context, Outcome};
+use super::{note, CliError, Context, Outcome};
 use crate::auto::{self, SweepStop};
 use crate::clock::utc_ms;
-use crate::core::{AttemptOutcome, BeginRefusal, Origin};
-use crate::decompose::attempt::{run_attempt, AttemptContext};
+use crate::core::{AttemptOutcome, BeginRefusal};
+use crate::decompose::attempt::{run_manual_attempt, AttemptContext};
 use crate::decompose::roster;
 use crate::store::Status;
 
@@ -30,6 +32,10 @@ pub struct DecomposeArgs {
     /// Attempt every due triage card, within the automatic budget.
     #[arg(long)]
     pub all: bool,
+    /// With ID: send the attempt even while the board-wide pause or the hourly ceiling is in
+    /// force (it says which it went past).
+    #[arg(long, conflicts_with = "all")]
+    pub force: bool,
 }
 
 /// Runs the attempts and prints one line per card attempted.
@@ -39,21 +45,25 @@ pub fn run(ctx: &Context, args: &DecomposeArgs) -> Result<Outcome, CliError> {
         .build()
         .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
     match &args.id {
-        Some(id) => runtime.block_on(decompose_one(ctx, id)),
+        Some(id) => runtime.block_on(decompose_one(ctx, id, args.force)),
         None => runtime.block_on(decompose_all(ctx)),
     }
 }
 
 fn attempt_context(ctx: &Context) -> Result<AttemptContext, CliError> {
-    Ok(AttemptContext::from_config(
+    let attempt = AttemptContext::from_config(
         Arc::new(ctx.config.clone()),
         &ctx.home,
         roster(&ctx.home, &ctx.config),
         ctx.home.db_path(),
-    )?)
+    )?;
+    for warning in attempt.warnings.iter() {
+        ctx.warn(warning);
+    }
+    Ok(attempt)
 }
 
-async fn decompose_one(ctx: &Context, id: &str) -> Result<Outcome, CliError> {
+async fn decompose_one(ctx: &Context, id: &str, force: bool) -> Result<Outcome, CliError> {
     // Checked before anything is built or counted, so these cases cost nothing.
     let store = ctx.open_store()?;
     let refusal = match store.task(id)? {
@@ -68,9 +78,15 @@ async fn decompose_one(ctx: &Context, id: &str) -> Result<Outcome, CliError> {
         return refuse(ctx, id, &refusal);
     }
     let attempt = attempt_context(ctx)?;
-    match run_attempt(&attempt, id, Origin::Manual, auto::no_shutdown()).await? {
+    let (outcome, overrode) = run_manual_attempt(&attempt, id, force, auto::no_shutdown()).await?;
+    for guard in &overrode {
+        note(&format!(
+            "--force: went past the board-wide guard in force: {guard}"
+        ));
+    }
+    match outcome {
         AttemptOutcome::Refused { refusal, .. } => refuse(ctx, id, &refusal),
-        outcome => report(ctx, &outcome),
+        outcome => report(ctx, &outcome, force.then_some(overrode.as_slice())),
     }
 }
 
@@ -79,7 +95,7 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
     let mut outcome = Outcome::Success;
     let swept = auto::sweep(&attempt, |done| {
         // The error keeps its chain, so a closed stdout is still recognised as one.
-        if report(ctx, done).map_err(|e| e.error)? == Outcome::Failure {
+        if report(ctx, done, None).map_err(|e| e.error)? == Outcome::Failure {
             outcome = Outcome::Failure;
         }
         Ok(())
@@ -89,6 +105,12 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
         note(&line);
     }
     match swept.stop {
+        SweepStop::SwitchedOff => Err(anyhow::anyhow!(
+            "{}: `decompose --all` sends nothing; `hermes kanban decompose ID` still decomposes \
+             one card by hand",
+            auto::SWITCHED_OFF
+        )
+        .into()),
         SweepStop::Done => {
             if swept.not_attempted > 0 {
                 note(&format!(
@@ -133,16 +155,34 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
     }
 }
 
-fn report(ctx: &Context, outcome: &AttemptOutcome) -> Result<Outcome, CliError> {
+/// Prints how an attempt ended; `overrode` (with `--force`) adds the guards it went past to the
+/// JSON line as `overrode: [{"guard", "detail"}]`.
+fn report(
+    ctx: &Context,
+    outcome: &AttemptOutcome,
+    overrode: Option<&[BeginRefusal]>,
+) -> Result<Outcome, CliError> {
     if ctx.json {
-        ctx.print_json_line(&outcome.json_line())?;
+        let mut line = outcome.json_line();
+        if let (Some(guards), Some(object)) = (overrode, line.as_object_mut()) {
+            let guards: Vec<serde_json::Value> = guards
+                .iter()
+                .map(|g| serde_json::json!({"guard": g.board_guard(), "detail": g.to_string()}))
+                .collect();
+            object.insert("overrode".to_owned(), guards.into());
+        }
+        ctx.print_json_line(&line)?;
     } else {
         let detail = match outcome.child_ids() {
             Some(ids) => format!("{} ({})", outcome.reason(), ids.join(", ")),
             None => outcome.reason(),
         };
         let verdict = if outcome.ok() { "ok" } else { "failed" };
-        ctx.print(&format!("{}: {verdict}: {detail}", outcome.task_id()))?;
+        ctx.print(&format!(
+            "{}: {verdict}: {}",
+            outcome.task_id(),
+            crate::core::text::one_line(&detail)
+        ))?;
     }
     Ok(if outcome.ok() {
         Outcome::Success
@@ -165,11 +205,10 @@ fn refuse(ctx: &Context, id: &str, refusal: &BeginRefusal) -> Result<Outcome, Cl
         BeginRefusal::NoSuchTask(_) => {
             Err(anyhow::anyhow!("{refusal}; no request was sent").into())
         }
+        _ if refusal.board_guard().is_some() => Err(anyhow::anyhow!(
+            "{id}: {refusal}; no request was sent (`--force` sends it anyway)"
+        )
+        .into()),
         _ => Err(anyhow::anyhow!("{id}: {refusal}; no request was sent").into()),
     }
-}
-
-fn note(message: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "hermes: {message}");
 }

@@ -9,6 +9,7 @@ use tracing_subscriber::EnvFilter;
 
 use super::{CliError, Context, Outcome};
 use crate::dispatch::run_gateway;
+use crate::output;
 
 /// Arguments of `gateway run`.
 #[derive(Debug, Args)]
@@ -27,7 +28,7 @@ pub fn run(ctx: &Context, _args: &RunArgs) -> Result<Outcome, CliError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(Stderr)
+        .with_writer(Stderr { json: ctx.json })
         // Its own report of a failed write goes through `eprintln!`, which panics when stderr
         // is gone: a closed log pipe would stop the dispatcher.
         .log_internal_errors(false)
@@ -56,17 +57,40 @@ pub fn run(ctx: &Context, _args: &RunArgs) -> Result<Outcome, CliError> {
 }
 
 /// Log lines to stderr, dropped when stderr cannot take them (a reader that went away, a full
-/// disk behind a redirect): logging never stops dispatching.
+/// disk behind a redirect): logging never stops dispatching. Each line is redacted and its
+/// control characters made visible on the way (`crate::output`), whatever field carried them.
 #[derive(Debug, Clone, Copy)]
-struct Stderr;
+struct Stderr {
+    /// Lines are JSON objects (`--json`).
+    json: bool,
+}
 
 /// One log line's writer.
-struct LineWriter;
+struct LineWriter {
+    json: bool,
+}
+
+impl LineWriter {
+    /// The line as it may reach a terminal. tracing hands over one whole event per write; a
+    /// line break inside a text event is shown as `\n`, so no event can forge another line.
+    fn shown(&self, buf: &[u8]) -> String {
+        let text = String::from_utf8_lossy(buf);
+        if self.json {
+            return output::json_for_terminal(&text);
+        }
+        let (body, end) = match text.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (text.as_ref(), ""),
+        };
+        let body = output::redact(body);
+        format!("{}{end}", crate::core::text::one_line(&body))
+    }
+}
 
 impl Write for LineWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // Claims the whole line either way, so no caller retries or reports the loss.
-        let _ = io::stderr().lock().write_all(buf);
+        let _ = io::stderr().lock().write_all(self.shown(buf).as_bytes());
         Ok(buf.len())
     }
 
@@ -80,7 +104,7 @@ impl<'a> MakeWriter<'a> for Stderr {
     type Writer = LineWriter;
 
     fn make_writer(&'a self) -> Self::Writer {
-        LineWriter
+        LineWriter { json: self.json }
     }
 }
 
@@ -90,9 +114,21 @@ mod tests {
 
     #[test]
     fn a_log_line_always_counts_as_written() {
-        let mut writer = Stderr.make_writer();
+        let mut writer = Stderr { json: false }.make_writer();
         assert_eq!(writer.write(b"").ok(), Some(0));
         assert_eq!(writer.write(b"hermes: test line\n").ok(), Some(18));
         assert!(writer.flush().is_ok());
+    }
+
+    #[test]
+    fn a_log_line_shows_no_control_character_and_no_second_line() {
+        let text = LineWriter { json: false };
+        assert_eq!(
+            text.shown(b"WARN failed: \x1b[2Jfake\nINFO forged\n"),
+            "WARN failed: \\u{1b}[2Jfake\\nINFO forged\n"
+        );
+        let json = LineWriter { json: true };
+        let line = json.shown("{\"message\":\"a\u{9b}b\"}\n".as_bytes());
+        assert_eq!(line, "{\"message\":\"a\\u009bb\"}\n");
     }
 }

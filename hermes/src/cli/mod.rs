@@ -28,6 +28,7 @@ use clap::{Parser, Subcommand};
 use serde_json::Value;
 
 use crate::config::{Config, Home};
+use crate::output;
 use crate::store::Store;
 
 /// `hermes`: the kanban board, its CLI and the gateway that decomposes cards within bounds.
@@ -125,21 +126,38 @@ impl Context {
     /// Writes `value` as pretty JSON plus a newline on stdout.
     pub fn print_json(&self, value: &Value) -> Result<(), CliError> {
         let text = serde_json::to_string_pretty(value).context("formatting JSON output")?;
-        self.print(&text)
+        write_stdout(&output::json_for_terminal(&text))
     }
 
     /// Writes one JSON value on a single line (for streams of records).
     pub fn print_json_line(&self, value: &Value) -> Result<(), CliError> {
-        self.print(&value.to_string())
+        write_stdout(&output::json_line(value))
     }
 
-    /// Writes `text` plus a newline on stdout.
+    /// Writes `text` plus a newline on stdout, redacted and with control characters made
+    /// visible (line breaks kept).
     pub fn print(&self, text: &str) -> Result<(), CliError> {
-        let mut out = io::stdout().lock();
-        writeln!(out, "{text}")
-            .and_then(|_| out.flush())
-            .context("writing to stdout")?;
-        Ok(())
+        write_stdout(&output::for_terminal(text))
+    }
+}
+
+fn write_stdout(text: &str) -> Result<(), CliError> {
+    let mut out = io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|_| out.flush())
+        .context("writing to stdout")?;
+    Ok(())
+}
+
+/// `hermes: MESSAGE` on stderr: what a verb reports beside its output.
+pub fn note(message: &str) {
+    eprintln_safely(&format!("hermes: {message}"));
+}
+
+impl Context {
+    /// Reports what `config.yaml` or `.env` made this verb ignore, as `hermes: warning: …`.
+    pub fn warn(&self, warning: &str) {
+        eprintln_safely(&format!("hermes: warning: {warning}"));
     }
 }
 
@@ -266,6 +284,10 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
     } else {
         Config::default()
     };
+    output::register_config(&config);
+    if let Ok(key) = std::env::var("OPENAI_API_KEY") {
+        output::register_secret(&key);
+    }
     // The gateway logs these itself (and again when an edit introduces one).
     if !matches!(cli.command, Command::Gateway(_)) {
         for warning in &config.warnings {
@@ -339,9 +361,10 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         .any(|io| io.kind() == io::ErrorKind::BrokenPipe)
 }
 
-/// `eprintln!` panics when stderr is closed; a closed stderr is no reason to crash.
+/// `eprintln!` panics when stderr is closed; a closed stderr is no reason to crash. The line is
+/// redacted and its control characters made visible, as stdout's are.
 fn eprintln_safely(line: &str) {
-    let _ = writeln!(io::stderr().lock(), "{line}");
+    let _ = writeln!(io::stderr().lock(), "{}", output::for_terminal(line));
 }
 
 /// Replaces the default panic report (multi-line, with a backtrace hint) with one line; the
@@ -396,6 +419,7 @@ mod tests {
             vec!["hermes", "kanban", "archive"],
             vec!["hermes", "kanban", "decompose"],
             vec!["hermes", "kanban", "decompose", "t_1", "--all"],
+            vec!["hermes", "kanban", "decompose", "--all", "--force"],
             vec!["hermes", "kanban", "frobnicate"],
             vec!["hermes", "kanban", "unpark"],
             vec!["hermes", "kanban", "resume", "extra"],

@@ -60,17 +60,9 @@ pub fn event_json(e: &Event) -> Value {
 }
 
 /// Text with control characters (newlines, tabs, escapes) made visible, so one card is always
-/// one terminal line and a hostile title cannot repaint the screen.
+/// one terminal line and a hostile title cannot repaint the screen (`core::text::one_line`).
 pub fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::core::text::one_line(text).into_owned()
 }
 
 /// The `list` line of a card: id, status, assignee, title.

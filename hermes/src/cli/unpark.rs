@@ -14,8 +14,12 @@ due for the next gateway tick or `decompose --all`, with a `decompose_unparked` 
 Only a triage card whose budget is spent (parked) can be unparked; a card opted out of \
 auto-decompose keeps its opt-out (see `kanban auto-decompose`).
 
-Exit status: 0 unparked; 1 no such card, not in triage, or not parked (the reason on stderr, \
-nothing written); 2 usage error.
+A card whose attempt is still in flight is refused until that attempt has ended (its end may park \
+the card again): the refusal says which process holds it and until when, as `kanban decompose ID` \
+does.
+
+Exit status: 0 unparked; 1 no such card, not in triage, not parked, or an attempt in flight (the \
+reason on stderr, nothing written); 2 usage error.
 With --json: {\"task_id\", \"unparked\": true, \"attempts_before\", \"next_attempt_at\"} \
 (next_attempt_at in unix seconds, null when the card is opted out).")]
 pub struct UnparkArgs {

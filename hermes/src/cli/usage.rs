@@ -128,7 +128,7 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
         lines.push(format!(
             "auto-decompose PAUSED until {}: {} (`hermes kanban resume` lifts it)",
             utc(pause.until as i64),
-            pause.reason
+            one_line(&pause.reason)
         ));
     }
     if let Some(resume) = &last_resume {
@@ -137,7 +137,7 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
             one_line(&resume.by),
             utc(resume.at_ms.div_euclid(1000)),
             utc(resume.cleared.until_ms.div_euclid(1000)),
-            resume.cleared.reason
+            one_line(&resume.cleared.reason)
         ));
     }
     for card in &report.cards {

@@ -22,7 +22,6 @@
 //! upstream keeps them, with a warning.
 
 use std::cell::OnceCell;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -30,7 +29,9 @@ use serde_json::{Map, Value as Json};
 use serde_norway::Value;
 
 use super::DECOMPOSER_TIMEOUT;
-use super::{keys, non_blank, read_dotenv, Config, ConfigError, Got, Home, Reader, Section};
+use super::{
+    keys, non_blank, read_dotenv, Config, ConfigError, DotEnv, Got, Home, Reader, Section,
+};
 
 /// Where `provider: openai` goes when no `base_url` is given (upstream's alias).
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -103,6 +104,8 @@ pub struct DecomposerEndpoint {
     pub extra_body: Map<String, Json>,
     /// Which settings `base_url` came from.
     pub source: EndpointSource,
+    /// Lines of `.env` skipped while looking up the key (see [`super::parse_dotenv_bytes`]).
+    pub warnings: Vec<String>,
 }
 
 impl fmt::Debug for DecomposerEndpoint {
@@ -114,6 +117,7 @@ impl fmt::Debug for DecomposerEndpoint {
             .field("timeout", &self.timeout)
             .field("extra_body", &self.extra_body)
             .field("source", &self.source)
+            .field("warnings", &self.warnings)
             .finish()
     }
 }
@@ -153,18 +157,24 @@ impl Config {
         &self,
         home: &Home,
     ) -> Result<DecomposerEndpoint, DecomposerSetupError> {
-        let dotenv: OnceCell<BTreeMap<String, String>> = OnceCell::new();
-        self.decomposer_endpoint_with(|name| {
+        let dotenv: OnceCell<DotEnv> = OnceCell::new();
+        let mut endpoint = self.decomposer_endpoint_with(|name| {
             std::env::var(name)
                 .ok()
                 .and_then(|v| non_blank(&v))
                 .or_else(|| {
                     dotenv
                         .get_or_init(|| read_dotenv(home))
+                        .vars
                         .get(name)
                         .and_then(|v| non_blank(v))
                 })
-        })
+        })?;
+        endpoint.warnings = dotenv
+            .into_inner()
+            .map(|env| env.warnings)
+            .unwrap_or_default();
+        Ok(endpoint)
     }
 
     /// [`Config::decomposer_endpoint`] with an explicit variable lookup (blank means unset).
@@ -234,6 +244,7 @@ impl Config {
             timeout: self.decompose_timeout(),
             extra_body: own.extra_body.clone(),
             source,
+            warnings: Vec::new(),
         })
     }
 }
@@ -264,7 +275,7 @@ pub(super) fn read(reader: &Reader, s: &Section) -> Result<DecomposerConfig, Con
         .opt_string(s, "model")?
         .filter(|m| !m.eq_ignore_ascii_case("auto"));
     let base_url = reader.opt_string(s, "base_url")?;
-    let api_key = reader.opt_string(s, "api_key")?;
+    let api_key = reader.secret_string(s, "api_key")?;
     let key_env = match reader.opt_string(s, "key_env")? {
         Some(name) => Some(name),
         None => reader.opt_string(s, "api_key_env")?,
@@ -448,6 +459,7 @@ fn to_json(value: &Value) -> Result<Json, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
     use std::path::Path;
 
     fn parse(text: &str) -> Config {

@@ -599,6 +599,22 @@ impl Reader<'_> {
         }
     }
 
+    /// A string that may be a secret (an API key): as [`Reader::opt_string`], but an error names
+    /// only the kind of value found, never the value.
+    fn secret_string(&self, s: &Section, key: &str) -> Result<Option<String>, ConfigError> {
+        match s.get(key) {
+            None => Ok(None),
+            Some(Value::String(v)) => Ok(non_blank(v)),
+            Some(other) => Err(self.invalid(
+                s.dotted(key),
+                format!(
+                    "expected a string, got {} (not shown: it may be a secret)",
+                    kind_of(other)
+                ),
+            )),
+        }
+    }
+
     /// A boolean; the YAML 1.1 spellings upstream's parser accepts (`yes`, `off`, …) count too,
     /// so a switch flipped in a config written for upstream means the same here.
     fn boolean(&self, s: &Section, key: &str) -> Result<Option<bool>, ConfigError> {
@@ -677,6 +693,19 @@ fn non_blank(s: &str) -> Option<String> {
     (!trimmed.is_empty()).then(|| trimmed.to_owned())
 }
 
+/// What kind of YAML value this is, without its content.
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing (null)",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
 /// Renders a YAML value for "got …" in error messages.
 struct Got<'a>(&'a Value);
 
@@ -694,11 +723,38 @@ impl fmt::Display for Got<'_> {
     }
 }
 
+/// What `.env` says: its variables, and a warning per line that had to be skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DotEnv {
+    pub vars: BTreeMap<String, String>,
+    /// `<path>: line N: …; the line is skipped`, in file order.
+    pub warnings: Vec<String>,
+}
+
 /// Parses `.env` text: `KEY=value` lines, blank lines and `#` comments ignored, an optional
 /// `export ` prefix, matching surrounding quotes stripped. Later lines win.
 pub fn parse_dotenv(text: &str) -> BTreeMap<String, String> {
-    let mut vars = BTreeMap::new();
-    for line in text.lines() {
+    parse_dotenv_bytes(text.as_bytes(), Path::new(".env")).vars
+}
+
+/// Parses `.env` line by line: a line that is not UTF-8, has no `=`, or names no usable key is
+/// skipped with a warning naming its line number (`path` is only used in the warning), and
+/// every other line is kept. One bad byte must not cost the key on the next line.
+pub fn parse_dotenv_bytes(bytes: &[u8], path: &Path) -> DotEnv {
+    let mut env = DotEnv::default();
+    for (index, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let skipped = |problem: &str| {
+            format!(
+                "{}: line {}: {problem}; the line is skipped (the other lines are read)",
+                path.display(),
+                index + 1
+            )
+        };
+        let Ok(line) = std::str::from_utf8(raw) else {
+            env.warnings.push(skipped("not valid UTF-8"));
+            continue;
+        };
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -708,15 +764,18 @@ pub fn parse_dotenv(text: &str) -> BTreeMap<String, String> {
             .map(str::trim_start)
             .unwrap_or(line);
         let Some((key, value)) = line.split_once('=') else {
+            env.warnings.push(skipped("no `=` (expected KEY=value)"));
             continue;
         };
         let key = key.trim();
         if key.is_empty() || key.contains(char::is_whitespace) {
+            env.warnings
+                .push(skipped("no variable name before `=` (expected KEY=value)"));
             continue;
         }
-        vars.insert(key.to_owned(), dotenv_value(value.trim()));
+        env.vars.insert(key.to_owned(), dotenv_value(value.trim()));
     }
-    vars
+    env
 }
 
 fn dotenv_value(raw: &str) -> String {
@@ -733,18 +792,24 @@ fn dotenv_value(raw: &str) -> String {
     }
 }
 
-/// Reads `<home>/.env`; a missing or unreadable file yields no variables.
-pub fn read_dotenv(home: &Home) -> BTreeMap<String, String> {
-    std::fs::read_to_string(home.env_path())
-        .map(|text| parse_dotenv(&text))
-        .unwrap_or_default()
+/// Reads `<home>/.env`; a missing file yields no variables, an unreadable one a warning.
+pub fn read_dotenv(home: &Home) -> DotEnv {
+    let path = home.env_path();
+    match std::fs::read(&path) {
+        Ok(bytes) => parse_dotenv_bytes(&bytes, &path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => DotEnv::default(),
+        Err(e) => DotEnv {
+            vars: BTreeMap::new(),
+            warnings: vec![format!("{}: cannot be read ({e}); ignored", path.display())],
+        },
+    }
 }
 
 /// The provider key: `OPENAI_API_KEY` from the process environment first, else from `.env`.
 /// Blank values count as unset.
 pub fn api_key(home: &Home) -> Option<String> {
     let from_env = std::env::var("OPENAI_API_KEY").ok();
-    api_key_from(from_env, || read_dotenv(home))
+    api_key_from(from_env, || read_dotenv(home).vars)
 }
 
 fn api_key_from(

@@ -476,6 +476,23 @@ fn dotenv_lines() {
 }
 
 #[test]
+fn a_bad_dotenv_line_is_skipped_with_its_number_and_the_rest_is_kept() {
+    let bytes = b"# keys\nBROKEN=\xff\xfe\r\nno equals sign\n = lonely\nOPENAI_API_KEY=sk-kept\r\n";
+    let env = parse_dotenv_bytes(bytes, Path::new("/h/.env"));
+    assert_eq!(
+        env.vars.get("OPENAI_API_KEY").map(String::as_str),
+        Some("sk-kept")
+    );
+    assert_eq!(env.vars.len(), 1, "{:?}", env.vars);
+    assert_eq!(env.warnings.len(), 3, "{:?}", env.warnings);
+    assert!(env.warnings[0].starts_with("/h/.env: line 2: not valid UTF-8; the line is skipped"));
+    assert!(env.warnings[1].starts_with("/h/.env: line 3: no `=`"));
+    assert!(env.warnings[2].starts_with("/h/.env: line 4: no variable name"));
+    // The invalid bytes themselves are never echoed.
+    assert!(!env.warnings.iter().any(|w| w.contains('\u{fffd}')));
+}
+
+#[test]
 fn api_key_prefers_the_process_environment() {
     let dotenv = || parse_dotenv("OPENAI_API_KEY=from-file\n");
     assert_eq!(
@@ -492,6 +509,7 @@ fn api_key_prefers_the_process_environment() {
     std::fs::write(dir.path().join(".env"), "export OPENAI_API_KEY='sk-x'\n").unwrap();
     assert_eq!(
         read_dotenv(&Home::at(dir.path()))
+            .vars
             .get("OPENAI_API_KEY")
             .map(String::as_str),
         Some("sk-x")

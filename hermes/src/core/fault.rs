@@ -7,8 +7,30 @@ use super::backoff::{Backoff, MAX_BACKOFF};
 
 /// Cap on a provider's `Retry-After` (B5).
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
-/// Board-wide pause after a 429 that carried no usable `Retry-After`.
+/// The shortest board-wide pause a `Retry-After` sets: `0`, `0.001` or a date already past
+/// would otherwise let the next tick knock again at once.
+pub const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Board-wide pause after a 429 that carried no usable `Retry-After` (none, a negative number,
+/// or text that is neither seconds nor an HTTP date).
 pub const DEFAULT_RATE_LIMIT_PAUSE: Duration = Duration::from_secs(60);
+
+/// The board-wide pause after a 429 whose `Retry-After` read as `retry_after` (a number too
+/// large to represent reads as [`Duration::MAX`]): between [`MIN_RETRY_AFTER`] and
+/// [`MAX_RETRY_AFTER`], [`DEFAULT_RATE_LIMIT_PAUSE`] when it was unreadable.
+pub fn rate_limit_pause(retry_after: Option<Duration>) -> Duration {
+    retry_after
+        .unwrap_or(DEFAULT_RATE_LIMIT_PAUSE)
+        .clamp(MIN_RETRY_AFTER, MAX_RETRY_AFTER)
+}
+
+/// `Retry-After 30s`, or `Retry-After past the 3600 s cap`, for messages.
+pub fn describe_retry_after(after: Duration) -> String {
+    if after > MAX_RETRY_AFTER {
+        format!("Retry-After past the {} s cap", MAX_RETRY_AFTER.as_secs())
+    } else {
+        format!("Retry-After {}s", after.as_secs_f64())
+    }
+}
 
 /// A provider-wide fault: the board pauses every card, not just this one (B5).
 #[derive(Debug, Clone, PartialEq)]
@@ -26,9 +48,7 @@ impl ProviderFault {
     pub fn pause_for(&self, provider_cooldown: Duration) -> Duration {
         match self {
             Self::Auth { .. } | Self::Billing { .. } => provider_cooldown,
-            Self::RateLimited { retry_after } => retry_after
-                .unwrap_or(DEFAULT_RATE_LIMIT_PAUSE)
-                .min(MAX_RETRY_AFTER),
+            Self::RateLimited { retry_after } => rate_limit_pause(*retry_after),
         }
     }
 
@@ -39,12 +59,10 @@ impl ProviderFault {
             Self::Billing { status } => format!("provider requires payment (HTTP {status})"),
             Self::RateLimited {
                 retry_after: Some(after),
-            } => {
-                format!(
-                    "provider rate limit (HTTP 429, Retry-After {}s)",
-                    after.as_secs_f64()
-                )
-            }
+            } => format!(
+                "provider rate limit (HTTP 429, {})",
+                describe_retry_after(*after)
+            ),
             Self::RateLimited { retry_after: None } => "provider rate limit (HTTP 429)".to_owned(),
         }
     }
@@ -123,5 +141,24 @@ mod tests {
         assert_eq!(huge.pause_for(cooldown), hour);
         let none = ProviderFault::RateLimited { retry_after: None };
         assert_eq!(none.pause_for(cooldown), DEFAULT_RATE_LIMIT_PAUSE);
+    }
+
+    #[test]
+    fn every_retry_after_pauses_between_the_floor_and_the_cap() {
+        let pause = |secs: Option<f64>| rate_limit_pause(secs.map(Duration::from_secs_f64));
+        assert_eq!(pause(Some(0.0)), MIN_RETRY_AFTER);
+        assert_eq!(pause(Some(0.001)), MIN_RETRY_AFTER);
+        assert_eq!(pause(Some(1.5)), Duration::from_millis(1500));
+        assert_eq!(pause(Some(90.0)), Duration::from_secs(90));
+        assert_eq!(pause(None), DEFAULT_RATE_LIMIT_PAUSE);
+        assert_eq!(rate_limit_pause(Some(Duration::MAX)), MAX_RETRY_AFTER);
+        assert_eq!(
+            describe_retry_after(Duration::MAX),
+            "Retry-After past the 3600 s cap"
+        );
+        assert_eq!(
+            describe_retry_after(Duration::from_secs(2)),
+            "Retry-After 2s"
+        );
     }
 }

@@ -13,15 +13,18 @@ pub mod fault;
 pub mod origin;
 pub mod outcome;
 pub mod plan;
+pub mod redact;
 pub mod refusal;
+pub mod text;
 pub mod time;
 
 pub use backoff::{Backoff, MAX_BACKOFF};
 pub use budget::{AttemptBudget, RetryDelay};
 pub use error::error_chain;
 pub use fault::{
-    unreachable_pause, FaultPause, ProviderFault, UnreachablePause, DEFAULT_RATE_LIMIT_PAUSE,
-    MAX_RETRY_AFTER, UNREACHABLE_MIN_PAUSE,
+    describe_retry_after, rate_limit_pause, unreachable_pause, FaultPause, ProviderFault,
+    UnreachablePause, DEFAULT_RATE_LIMIT_PAUSE, MAX_RETRY_AFTER, MIN_RETRY_AFTER,
+    UNREACHABLE_MIN_PAUSE,
 };
 pub use origin::Origin;
 pub use outcome::{Applied, AttemptOutcome};

@@ -1,7 +1,8 @@
 //! Who asked for a decompose attempt.
 
-/// Who asked for an attempt. Only `Manual` ignores the budget, backoff, holds and board guards:
-/// a person chose to pay for it.
+/// Who asked for an attempt. Only `Manual` ignores the card's budget, backoff and holds: a person
+/// chose to pay for it. The board-wide pause and hourly ceiling hold it too, unless the person
+/// forces it past them (`kanban decompose ID --force`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Origin {
     /// The gateway's dispatcher tick.
@@ -22,7 +23,8 @@ impl Origin {
         }
     }
 
-    /// Whether the board's automatic guards (budget, backoff, holds, pause, ceiling) apply.
+    /// Whether the card's automatic guards (budget, backoff, holds) apply; the board-wide ones
+    /// (pause, ceiling) apply to every origin but a forced `Manual`.
     pub fn is_automatic(self) -> bool {
         self != Origin::Manual
     }

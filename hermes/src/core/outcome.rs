@@ -58,6 +58,14 @@ pub enum AttemptOutcome {
         task_id: String,
         refusal: BeginRefusal,
     },
+    /// The attempt's claim expired while it ran (its holder was frozen, or its life could not be
+    /// checked) and another attempt took the card over: whatever came back was not applied and
+    /// nothing was recorded on the card (the attempt that took over closed this one).
+    Superseded {
+        task_id: String,
+        attempt: u32,
+        requests: u32,
+    },
 }
 
 impl AttemptOutcome {
@@ -68,7 +76,8 @@ impl AttemptOutcome {
             | Self::LeftTriage { task_id, .. }
             | Self::Failed { task_id, .. }
             | Self::NothingSent { task_id, .. }
-            | Self::Refused { task_id, .. } => task_id,
+            | Self::Refused { task_id, .. }
+            | Self::Superseded { task_id, .. } => task_id,
         }
     }
 
@@ -82,7 +91,8 @@ impl AttemptOutcome {
         match self {
             Self::Applied { requests, .. }
             | Self::LeftTriage { requests, .. }
-            | Self::Failed { requests, .. } => *requests,
+            | Self::Failed { requests, .. }
+            | Self::Superseded { requests, .. } => *requests,
             Self::NothingSent { .. } | Self::Refused { .. } => 0,
         }
     }
@@ -92,7 +102,8 @@ impl AttemptOutcome {
         match self {
             Self::Applied { attempt, .. }
             | Self::LeftTriage { attempt, .. }
-            | Self::Failed { attempt, .. } => *attempt,
+            | Self::Failed { attempt, .. }
+            | Self::Superseded { attempt, .. } => *attempt,
             Self::NothingSent { .. } | Self::Refused { .. } => 0,
         }
     }
@@ -132,6 +143,10 @@ impl AttemptOutcome {
                 format!("{reason}; nothing was sent, so the attempt is not counted")
             }
             Self::Refused { refusal, .. } => refusal.to_string(),
+            Self::Superseded { attempt, .. } => format!(
+                "{}; the answer to attempt {attempt} was not applied",
+                BeginRefusal::ClaimLost
+            ),
         }
     }
 

@@ -28,4 +28,19 @@ pub enum BeginRefusal {
         "{calls} paid calls in the last hour reached kanban.decompose_calls_per_hour ({limit})"
     )]
     CeilingReached { calls: u64, limit: u32 },
+    /// The attempt's own claim expired and another attempt took the card over (B1, B4).
+    #[error("this attempt's claim on the card expired and another attempt took the card over")]
+    ClaimLost,
+}
+
+impl BeginRefusal {
+    /// The board-wide guard this refusal is (`pause`, `ceiling`), which an explicit `kanban
+    /// decompose ID --force` may go past; `None` for a refusal about the card itself.
+    pub fn board_guard(&self) -> Option<&'static str> {
+        match self {
+            BeginRefusal::Paused { .. } => Some("pause"),
+            BeginRefusal::CeilingReached { .. } => Some("ceiling"),
+            _ => None,
+        }
+    }
 }

@@ -22,14 +22,16 @@ use crate::aux_client::{AuxClient, AuxError, AuxSettings, Completion};
 use crate::config::{Config, DecomposerEndpoint, DecomposerSetupError, Home};
 use crate::core::time::after;
 use crate::core::{
-    Applied, AttemptBudget, AttemptOutcome, Backoff, FaultPause, Origin, Plan, ProviderFault,
-    MAX_RETRY_AFTER,
+    rate_limit_pause, Applied, AttemptBudget, AttemptOutcome, Backoff, BeginRefusal, FaultPause,
+    Origin, Plan, ProviderFault, MAX_RETRY_AFTER,
 };
 use crate::decompose::prompt::{build_messages, PromptCard};
 use crate::decompose::reply::{parse_reply, GraphLimits, Rejection};
+use crate::output;
 use crate::store::{
     now_ms, ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, BoardHandle, FailureRecord,
-    LedgerClose, LedgerOpen, NothingSentRecord, PauseRecord, UnreachableRecord,
+    LedgerClose, LedgerOpen, NothingSentRecord, NothingSentRecorded, PauseRecord,
+    UnreachableRecord,
 };
 
 /// How long a request already on its way may still answer once shutdown begins: it is paid
@@ -45,6 +47,8 @@ pub struct AttemptContext {
     /// Profile names the model may route children to.
     pub roster: Arc<Vec<String>>,
     pub db_path: PathBuf,
+    /// What resolving the endpoint had to skip (bad `.env` lines), for the caller to report.
+    pub warnings: Arc<Vec<String>>,
 }
 
 impl AttemptContext {
@@ -82,6 +86,10 @@ impl AttemptContext {
         roster: Vec<String>,
         db_path: PathBuf,
     ) -> Result<Self, AttemptSetupError> {
+        if let Some(key) = &endpoint.api_key {
+            output::register_secret(key);
+        }
+        output::register_url(&endpoint.base_url);
         let client = AuxClient::new(AuxSettings {
             base_url: endpoint.base_url,
             model: endpoint.model,
@@ -98,6 +106,7 @@ impl AttemptContext {
             client: Arc::new(client),
             roster: Arc::new(roster),
             db_path,
+            warnings: Arc::new(endpoint.warnings),
         })
     }
 }
@@ -136,6 +145,28 @@ pub async fn run_attempt(
     origin: Origin,
     shutdown: watch::Receiver<bool>,
 ) -> Result<AttemptOutcome, AttemptError> {
+    Ok(attempt(ctx, task_id, origin, false, shutdown).await?.0)
+}
+
+/// A person's attempt (`kanban decompose ID`): it keeps to the board-wide pause and hourly
+/// ceiling (refused while either is in force) unless `force`, and then also says which guards in
+/// force it went past.
+pub async fn run_manual_attempt(
+    ctx: &AttemptContext,
+    task_id: &str,
+    force: bool,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(AttemptOutcome, Vec<BeginRefusal>), AttemptError> {
+    attempt(ctx, task_id, Origin::Manual, force, shutdown).await
+}
+
+async fn attempt(
+    ctx: &AttemptContext,
+    task_id: &str,
+    origin: Origin,
+    force: bool,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(AttemptOutcome, Vec<BeginRefusal>), AttemptError> {
     let cfg = ctx.config.clone();
     let store = BoardHandle::open(&ctx.db_path).await?;
 
@@ -144,6 +175,7 @@ pub async fn run_attempt(
     let now = now_ms();
     let policy = BeginPolicy {
         origin,
+        force: policy_forced(force, origin),
         now_ms: now,
         max_attempts: cfg.kanban.decompose_max_attempts,
         calls_per_hour: cfg.kanban.decompose_calls_per_hour,
@@ -154,24 +186,57 @@ pub async fn run_attempt(
     let ticket = match store.call(move |s| s.begin_attempt(&id, &policy)).await? {
         Ok(ticket) => ticket,
         Err(refusal) => {
-            return Ok(AttemptOutcome::Refused {
+            let refused = AttemptOutcome::Refused {
                 task_id: task_id.to_owned(),
                 refusal,
-            })
+            };
+            return Ok((refused, Vec::new()));
         }
     };
+    let overrode = ticket.overrode.clone();
+    let forced = policy_forced(force, origin);
+    let outcome = paid_part(
+        ctx,
+        &store,
+        &cfg,
+        ticket,
+        (origin, forced),
+        started,
+        shutdown,
+    )
+    .await?;
+    Ok((outcome, overrode))
+}
+
+/// Whether an attempt goes past the board-wide guards: only a person's, and only when forced.
+fn policy_forced(force: bool, origin: Origin) -> bool {
+    force && !origin.is_automatic()
+}
+
+/// Everything after the attempt was recorded: its requests, then its answer or its failure.
+async fn paid_part(
+    ctx: &AttemptContext,
+    store: &BoardHandle,
+    cfg: &Config,
+    ticket: AttemptTicket,
+    (origin, forced): (Origin, bool),
+    started: Instant,
+    shutdown: watch::Receiver<bool>,
+) -> Result<AttemptOutcome, AttemptError> {
+    let budget = budget(cfg);
 
     let tries = Tries {
         ctx,
-        store: &store,
+        store,
         ticket: &ticket,
         origin,
+        forced,
         budget,
         started,
     };
     let sent = tries.send(shutdown).await?;
     if sent.delivered == 0 {
-        return nothing_sent(&store, &cfg, &ticket, sent.end).await;
+        return nothing_sent(store, cfg, &ticket, sent.end).await;
     }
     let requests = sent.requests;
     let (reason, fault) = match sent.end {
@@ -184,18 +249,20 @@ pub async fn run_attempt(
         End::NotSent(why) => (format!("retry not sent: {why}"), None),
         End::Answered(Err(rejection)) => (format!("reply rejected: {rejection}"), None),
         End::Answered(Ok(plan)) => {
-            return apply(&store, &cfg, &ticket, plan, origin, requests).await;
+            return apply(store, cfg, &ticket, plan, origin, requests).await;
         }
     };
+    // The ledger rows of the requests keep their text (capped); the card keeps a summary.
+    let reason = output::summary(&reason);
 
     let park = ticket.attempt >= cfg.kanban.decompose_max_attempts;
     let now = now_ms();
-    let mut next_due_ms = backoff(&cfg).due_ms(now, ticket.attempt);
+    let mut next_due_ms = backoff(cfg).due_ms(now, ticket.attempt);
     if let Some(ProviderFault::RateLimited {
         retry_after: Some(wait),
     }) = &fault
     {
-        next_due_ms = next_due_ms.max(after(now, (*wait).min(MAX_RETRY_AFTER)));
+        next_due_ms = next_due_ms.max(after(now, rate_limit_pause(Some(*wait))));
     }
     let fault = fault.map(|fault| {
         let lasts = fault.pause_for(cfg.kanban.provider_cooldown);
@@ -207,6 +274,7 @@ pub async fn run_attempt(
     });
     let record = FailureRecord {
         attempt: ticket.attempt,
+        fence: Some(ticket.lease.clone()),
         origin,
         reason: reason.clone(),
         next_due_ms: (!park).then_some(next_due_ms),
@@ -219,7 +287,9 @@ pub async fn run_attempt(
         }),
     };
     let id = ticket.task_id.clone();
-    store.call(move |s| s.record_failure(&id, &record)).await?;
+    if !store.call(move |s| s.record_failure(&id, &record)).await? {
+        return Ok(superseded(&ticket, requests));
+    }
     Ok(AttemptOutcome::Failed {
         task_id: ticket.task_id,
         attempt: ticket.attempt,
@@ -242,10 +312,10 @@ async fn nothing_sent(
         End::Failed(err) if err.is_undelivered() => {
             let reason = err.to_string();
             let record = UnreachableRecord {
-                reason: match &err {
+                reason: output::summary(&match &err {
                     AuxError::Unreachable(detail) => detail.clone(),
                     other => other.to_string(),
-                },
+                }),
                 backoff_base: cfg.kanban.decompose_backoff,
             };
             (reason, Some(record))
@@ -260,20 +330,35 @@ async fn nothing_sent(
         // An answer is a delivered request; it never gets here.
         End::Answered(_) => ("answered".to_owned(), None),
     };
+    let reason = output::summary(&reason);
     let record = NothingSentRecord {
         attempt: ticket.attempt,
+        fence: Some(ticket.lease.clone()),
         now_ms: now_ms(),
         unreachable,
     };
     let id = ticket.task_id.clone();
-    let unreachable = store
+    let unreachable = match store
         .call(move |s| s.record_nothing_sent(&id, &record))
-        .await?;
+        .await?
+    {
+        NothingSentRecorded::GivenBack(pause) => pause,
+        NothingSentRecorded::ClaimLost => return Ok(superseded(ticket, 0)),
+    };
     Ok(AttemptOutcome::NothingSent {
         task_id: ticket.task_id.clone(),
         reason,
         unreachable,
     })
+}
+
+/// The outcome of an attempt whose claim another attempt took over while it ran.
+fn superseded(ticket: &AttemptTicket, requests: u32) -> AttemptOutcome {
+    AttemptOutcome::Superseded {
+        task_id: ticket.task_id.clone(),
+        attempt: ticket.attempt,
+        requests,
+    }
 }
 
 /// How the paid part of an attempt ended.
@@ -308,6 +393,8 @@ struct Tries<'a> {
     store: &'a BoardHandle,
     ticket: &'a AttemptTicket,
     origin: Origin,
+    /// A person's attempt forced past the board-wide guards.
+    forced: bool,
     budget: AttemptBudget,
     /// When the attempt was recorded (monotonic: the span must not bend with the wall clock).
     started: Instant,
@@ -383,11 +470,10 @@ impl Tries<'_> {
                 try_no,
                 started_at_ms: started_ms,
                 // Paid calls, retries included, keep to the board's guards: none leaves once
-                // another's refusal is recorded (B5), none breaks the hourly ceiling (B6).
-                guards: self
-                    .origin
-                    .is_automatic()
-                    .then_some(cfg.kanban.decompose_calls_per_hour),
+                // another's refusal is recorded (B5), none breaks the hourly ceiling (B6) —
+                // unless a person forced this attempt past them.
+                guards: (!self.forced).then_some(cfg.kanban.decompose_calls_per_hour),
+                fence: Some(self.ticket.lease.clone()),
             };
             let ledger_id = match self.store.call(move |s| s.ledger_open(&open)).await? {
                 Ok(id) => id,
@@ -492,6 +578,7 @@ async fn apply(
             Origin::Gateway | Origin::Sweep => "auto-decomposer".to_owned(),
         },
         now_ms: now_ms(),
+        fence: Some(ticket.lease.clone()),
     };
     let id = ticket.task_id.clone();
     let result = store.call(move |s| s.apply_plan(&id, &plan, &opts)).await?;
@@ -516,6 +603,7 @@ async fn apply(
             requests,
             status,
         },
+        ApplyResult::ClaimLost => superseded(ticket, requests),
     })
 }
 
@@ -533,7 +621,7 @@ fn ledger_answered(done: &Completion, rejection: Option<&Rejection>) -> LedgerCl
         http_status: Some(done.http_status),
         prompt_tokens: done.usage.prompt_tokens,
         completion_tokens: done.usage.completion_tokens,
-        detail: rejection.map(|r| r.to_string()),
+        detail: rejection.map(|r| output::stored(&r.to_string())),
     }
 }
 
@@ -541,7 +629,11 @@ fn ledger_answered(done: &Completion, rejection: Option<&Rejection>) -> LedgerCl
 fn ledger_failed(err: Option<&AuxError>) -> LedgerClose {
     let (outcome, http_status, detail) = match err {
         None => ("aborted", None, "the gateway was shutting down".to_owned()),
-        Some(err) => (err.outcome(), err.http_status(), err.to_string()),
+        Some(err) => (
+            err.outcome(),
+            err.http_status(),
+            output::stored(&err.to_string()),
+        ),
     };
     LedgerClose {
         ended_at_ms: now_ms(),

@@ -310,6 +310,9 @@ impl Dispatcher {
             self.home.db_path(),
         ) {
             Ok(ctx) => {
+                for warning in ctx.warnings.iter() {
+                    warn!("{warning}");
+                }
                 self.context = Some(ctx);
                 self.setup_notice.clear();
             }
@@ -325,6 +328,7 @@ impl Dispatcher {
     fn reload_config(&mut self) {
         match Config::load(&self.home) {
             Ok(fresh) => {
+                crate::output::register_config(&fresh);
                 if self.config_notice.clear() {
                     info!("config.yaml is valid again; using it");
                 }
@@ -353,9 +357,8 @@ impl Dispatcher {
         self.recover().await;
         let kanban = &self.config.kanban;
         if !kanban.auto_decompose {
-            self.switch_notice.info(
-                "auto-decompose is off (kanban.auto_decompose: false): no paid calls".to_owned(),
-            );
+            self.switch_notice
+                .info(format!("{}: no paid calls", auto::SWITCHED_OFF));
             return;
         }
         if self.switch_notice.clear() {
@@ -559,6 +562,9 @@ impl Dispatcher {
             }
             AttemptOutcome::NothingSent { .. } => {
                 info!(card = %task_id, "decompose attempt not counted: {}", outcome.reason());
+            }
+            AttemptOutcome::Superseded { .. } => {
+                warn!(card = %task_id, attempt = outcome.attempt(), "{}", outcome.reason());
             }
             AttemptOutcome::Failed { .. } | AttemptOutcome::LeftTriage { .. } => {
                 info!(card = %task_id, attempt = outcome.attempt(), "decompose attempt failed: {}", outcome.reason());

@@ -5,6 +5,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde_json::{json, Value};
 
+use super::lenient;
 use super::pyjson::to_payload_text;
 use super::{
     ArchiveReport, Comment, DecomposeState, Event, ListFilter, NewTask, SqlResultExt, Status,
@@ -438,13 +439,14 @@ fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
         .unwrap_or_default();
     let decompose = match r.get::<_, Option<String>>("d_task_id")? {
         None => None,
+        // Our own columns, read leniently: another tool's odd cell shows as unknown.
         Some(_) => Some(DecomposeState {
-            attempts: u32::try_from(r.get::<_, i64>("d_attempts")?.max(0)).unwrap_or(u32::MAX),
-            last_attempt_at_ms: r.get("d_last_attempt_at_ms")?,
-            last_error: r.get("d_last_error")?,
-            due_at_ms: r.get("d_due_at_ms")?,
-            parked_at_ms: r.get("d_parked_at_ms")?,
-            opt_out: r.get::<_, i64>("d_opt_out")? != 0,
+            attempts: lenient::count_u32(r, "d_attempts")?.unwrap_or(0),
+            last_attempt_at_ms: lenient::int(r, "d_last_attempt_at_ms")?,
+            last_error: lenient::text(r, "d_last_error")?,
+            due_at_ms: lenient::int(r, "d_due_at_ms")?,
+            parked_at_ms: lenient::int(r, "d_parked_at_ms")?,
+            opt_out: lenient::int(r, "d_opt_out")?.is_some_and(|n| n != 0),
         }),
     };
     Ok(RawTask {

@@ -3,10 +3,21 @@
 //! `begin_attempt` records a claim in the same transaction that counts the attempt; the
 //! transaction that records the attempt's end removes it. While it is held, no automatic path in
 //! any process picks the card, and no attempt of any origin begins on it. A claim is held while
-//! its process is alive (whatever the clock says), and, when that cannot be known, until its
-//! expiry. The claim of a process that died is void: its attempt is closed here as abandoned
-//! (its open ledger rows become `unknown`, maybe billed), at the next start of a gateway or a
-//! sweep, on a gateway tick, or when another attempt finds it.
+//! its process is alive (whatever the clock says), and, when that cannot be known (a holder on
+//! another host or in another pid namespace), until its expiry. The claim of a process that
+//! died, or whose expiry passed, is void: its attempt is closed here as abandoned (its open
+//! ledger rows become `unknown`, maybe billed), at the next start of a gateway or a sweep, on a
+//! gateway tick, or when another attempt finds it.
+//!
+//! A claim also fences its attempt: it carries a random lease, and every later write of the
+//! attempt (opening a request's ledger row, applying its answer, recording its failure or its
+//! refund) commits only while the claim still carries that lease ([`claim_is_ours`]). A holder
+//! that was frozen past its expiry (a stopped container) and wakes after another attempt took the
+//! card over sends nothing more and applies nothing. What remains open: a holder frozen longer
+//! than its claim span whose card nobody took over meanwhile finds its claim intact and goes on,
+//! which is harmless (no other attempt paid for the card); and a holder of unknown liveness
+//! that is still sending when its claim expires may have that request paid twice, once by it and
+//! once by the attempt that took over (its answer is then discarded).
 
 use std::collections::HashSet;
 
@@ -14,7 +25,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::json;
 
 use super::board::add_event;
-use super::{SqlResultExt, Store, StoreError};
+use super::{lenient, SqlResultExt, Store, StoreError};
 use crate::process;
 
 /// Ledger outcome of a request whose process ended before recording how it went.
@@ -30,14 +41,34 @@ pub struct Claim {
     pub owner: String,
     pub claimed_at_ms: i64,
     pub until_ms: i64,
+    /// The attempt's fencing token (`None` on a claim an older build wrote).
+    pub lease: Option<String>,
+}
+
+/// Whether a claim still holds its card, and if not, why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimState {
+    /// Its process runs, or (when that cannot be checked) its expiry is ahead.
+    Held,
+    /// Its process is gone.
+    Ended,
+    /// Its process cannot be checked from here, and its expiry has passed.
+    Expired,
 }
 
 impl Claim {
     /// Whether the claim still holds the card at `now_ms`.
     pub fn holds(&self, now_ms: i64) -> bool {
+        self.state(now_ms) == ClaimState::Held
+    }
+
+    /// The claim's state at `now_ms`.
+    pub fn state(&self, now_ms: i64) -> ClaimState {
         match process::is_alive(&self.owner) {
-            Some(alive) => alive,
-            None => self.until_ms > now_ms,
+            Some(true) => ClaimState::Held,
+            Some(false) => ClaimState::Ended,
+            None if self.until_ms > now_ms => ClaimState::Held,
+            None => ClaimState::Expired,
         }
     }
 
@@ -52,6 +83,9 @@ impl Claim {
 pub struct Recovered {
     /// Ledger rows left `in_flight` and now closed as `unknown` (maybe billed).
     pub closed_rows: usize,
+    /// Cards whose claim had expired with its holder's liveness unknown (frozen, or on another
+    /// host): the holder may still be running, but nothing it does now is applied.
+    pub expired: Vec<String>,
     /// Cards whose abandoned attempt had sent a request: recorded as a failed attempt.
     pub failed: Vec<String>,
     /// Cards whose abandoned attempt never sent a request: not counted after all.
@@ -94,8 +128,13 @@ impl Store {
             for claim in claims(tx)? {
                 let ours_lost =
                     claim.owner == process::token() && !ours_running.contains(&claim.task_id);
-                if ours_lost || !claim.holds(now_ms) {
-                    abandon(tx, &claim, now_ms, max_attempts, &mut recovered)?;
+                let state = if ours_lost {
+                    ClaimState::Ended
+                } else {
+                    claim.state(now_ms)
+                };
+                if state != ClaimState::Held {
+                    abandon(tx, &claim, state, now_ms, max_attempts, &mut recovered)?;
                 }
             }
             recovered.closed_rows += close_unclaimed_rows(tx, now_ms)?;
@@ -118,7 +157,7 @@ fn anything_to_recover(
 
 pub(crate) fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>, StoreError> {
     conn.query_row(
-        "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms
+        "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease
          FROM hermes_decompose_claims WHERE task_id = ?1",
         [task_id],
         claim_row,
@@ -130,7 +169,7 @@ pub(crate) fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>
 fn claims(conn: &Connection) -> Result<Vec<Claim>, StoreError> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms
+            "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease
              FROM hermes_decompose_claims ORDER BY task_id",
         )
         .sql("reading claims")?;
@@ -139,59 +178,130 @@ fn claims(conn: &Connection) -> Result<Vec<Claim>, StoreError> {
 }
 
 fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claim> {
+    // Read leniently: a claim another tool wrote must not stop every tick.
     Ok(Claim {
         task_id: r.get(0)?,
-        attempt: r.get(1)?,
-        origin: r.get(2)?,
-        owner: r.get(3)?,
-        claimed_at_ms: r.get(4)?,
-        until_ms: r.get(5)?,
+        attempt: lenient::count_u32(r, 1)?.unwrap_or(0),
+        origin: lenient::text(r, 2)?.unwrap_or_default(),
+        owner: lenient::text(r, 3)?.unwrap_or_default(),
+        claimed_at_ms: lenient::int(r, 4)?.unwrap_or(0),
+        until_ms: lenient::int(r, 5)?.unwrap_or(0),
+        lease: lenient::text(r, 6)?,
     })
 }
 
-/// Records this process's claim on `task_id` for `attempt` (replacing a stale one).
+/// A fresh fencing token for an attempt's claim.
+pub(crate) fn new_lease() -> Result<String, StoreError> {
+    let high = getrandom::u32().map_err(StoreError::Entropy)?;
+    let low = getrandom::u32().map_err(StoreError::Entropy)?;
+    Ok(format!("{high:08x}{low:08x}"))
+}
+
+/// Records this process's claim on `task_id` for `attempt` with `lease` (replacing a stale one).
 pub(crate) fn put_claim(
     tx: &Transaction<'_>,
     task_id: &str,
     attempt: u32,
     origin: &str,
-    now_ms: i64,
-    until_ms: i64,
+    span: (i64, i64),
+    lease: &str,
 ) -> Result<(), StoreError> {
+    let (now_ms, until_ms) = span;
     tx.execute(
-        "INSERT INTO hermes_decompose_claims (task_id, attempt, origin, owner, claimed_at_ms, until_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        "INSERT INTO hermes_decompose_claims
+             (task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT(task_id) DO UPDATE SET
              attempt = excluded.attempt, origin = excluded.origin, owner = excluded.owner,
-             claimed_at_ms = excluded.claimed_at_ms, until_ms = excluded.until_ms",
-        params![task_id, attempt, origin, process::token(), now_ms, until_ms],
+             claimed_at_ms = excluded.claimed_at_ms, until_ms = excluded.until_ms,
+             lease = excluded.lease",
+        params![
+            task_id,
+            attempt,
+            origin,
+            process::token(),
+            now_ms,
+            until_ms,
+            lease
+        ],
     )
     .sql("claiming the card")?;
     Ok(())
 }
 
-/// Removes this process's claim on `task_id`, if it still has one.
-pub(crate) fn release(tx: &Transaction<'_>, task_id: &str) -> Result<(), StoreError> {
-    tx.execute(
-        "DELETE FROM hermes_decompose_claims WHERE task_id = ?1 AND owner = ?2",
-        params![task_id, process::token()],
-    )
+/// Whether the claim on `task_id` is still the one an attempt recorded with `fence` (its lease):
+/// the check every write of that attempt makes in its own transaction. `None` is a write made
+/// outside any attempt (tests, tools): it is not fenced.
+pub(crate) fn claim_is_ours(
+    conn: &Connection,
+    task_id: &str,
+    fence: Option<&str>,
+) -> Result<bool, StoreError> {
+    let Some(lease) = fence else {
+        return Ok(true);
+    };
+    let found: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM hermes_decompose_claims WHERE task_id = ?1 AND lease = ?2",
+            params![task_id, lease],
+            |r| r.get(0),
+        )
+        .optional()
+        .sql("checking the attempt's claim")?;
+    Ok(found.is_some())
+}
+
+/// Removes the claim an attempt recorded with `fence` (see [`claim_is_ours`]); with `None`,
+/// this process's claim on `task_id`, if it still has one.
+pub(crate) fn release(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    fence: Option<&str>,
+) -> Result<(), StoreError> {
+    match fence {
+        Some(lease) => tx.execute(
+            "DELETE FROM hermes_decompose_claims WHERE task_id = ?1 AND lease = ?2",
+            params![task_id, lease],
+        ),
+        None => tx.execute(
+            "DELETE FROM hermes_decompose_claims WHERE task_id = ?1 AND owner = ?2",
+            params![task_id, process::token()],
+        ),
+    }
     .sql("releasing the card's claim")?;
     Ok(())
 }
 
-/// Closes the attempt behind a claim that no longer holds, and removes the claim.
+/// Why an abandoned attempt's process is no longer trusted with its card, for messages.
+fn why_abandoned(claim: &Claim, state: ClaimState) -> String {
+    match state {
+        ClaimState::Expired => format!(
+            "the claim of the {} attempt ({}) expired at {} and its process cannot be checked \
+             from here (frozen, or on another host)",
+            claim.origin,
+            process::describe(&claim.owner),
+            crate::core::time::utc_ms(claim.until_ms)
+        ),
+        ClaimState::Ended | ClaimState::Held => format!("{} ended", claim.holder()),
+    }
+}
+
+/// Closes the attempt behind a claim that no longer holds (`state` says why), and removes the
+/// claim.
 pub(crate) fn abandon(
     tx: &Transaction<'_>,
     claim: &Claim,
+    state: ClaimState,
     now_ms: i64,
     max_attempts: u32,
     recovered: &mut Recovered,
 ) -> Result<(), StoreError> {
-    let detail = format!(
-        "the attempt's process ({}) ended before recording how this request went; it may have been billed",
-        claim.holder()
-    );
+    let why = why_abandoned(claim, state);
+    if state == ClaimState::Expired {
+        recovered.expired.push(claim.task_id.clone());
+    }
+    let detail =
+        format!("abandoned: {why} before recording how this request went; it may have been billed");
     let closed = tx
         .execute(
             "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, detail = ?5
@@ -236,8 +346,8 @@ pub(crate) fn abandon(
         let (attempts, due, parked_at) = state.unwrap_or((claim.attempt, None, None));
         let park = parked_at.is_none() && attempts >= max_attempts;
         let reason = format!(
-            "abandoned: {} ended before recording how attempt {} went (its request may have been billed)",
-            claim.holder(),
+            "abandoned: {why} before recording how attempt {} went (its request may have been \
+             billed; an answer that still comes is not applied)",
             claim.attempt
         );
         tx.execute(

@@ -38,6 +38,7 @@ fn triage_card(store: &mut Store, title: &str) -> String {
 
 fn policy(origin: Origin, now_ms: i64, max_attempts: u32, calls_per_hour: u32) -> BeginPolicy {
     BeginPolicy {
+        force: false,
         origin,
         now_ms,
         max_attempts,
@@ -61,6 +62,7 @@ fn begin(
 fn open_row(store: &mut Store, task_id: &str, attempt: u32, at: i64) -> i64 {
     store
         .ledger_open(&LedgerOpen {
+            fence: None,
             task_id: task_id.into(),
             origin: Origin::Gateway,
             attempt,
@@ -172,6 +174,7 @@ fn a_claim_is_recorded_with_the_attempt_and_released_with_its_end() {
         .record_failure(
             &failed,
             &FailureRecord {
+                fence: None,
                 attempt: 1,
                 origin: Origin::Gateway,
                 reason: "reply rejected".into(),
@@ -192,6 +195,7 @@ fn a_claim_is_recorded_with_the_attempt_and_released_with_its_end() {
                 assignee: "default".into(),
             },
             &ApplyOptions {
+                fence: None,
                 orchestrator: "default".into(),
                 auto_promote: true,
                 author: "auto-decomposer".into(),
@@ -203,13 +207,14 @@ fn a_claim_is_recorded_with_the_attempt_and_released_with_its_end() {
         .record_nothing_sent(
             &unsent,
             &NothingSentRecord {
+                fence: None,
                 attempt: 1,
                 now_ms: now,
                 unreachable: None,
             },
         )
         .unwrap();
-    assert_eq!(pause, None);
+    assert_eq!(pause, NothingSentRecorded::GivenBack(None));
     for id in [&failed, &applied, &unsent] {
         assert_eq!(store.claim(id).unwrap(), None, "{id}: released");
     }
@@ -350,6 +355,7 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
         recovered,
         Recovered {
             closed_rows: 3,
+            expired: vec![],
             failed,
             refunded: vec![],
             parked: vec![last.clone()],
@@ -417,6 +423,7 @@ fn unreachable(store: &mut Store, id: &str, at: i64) -> crate::core::Unreachable
         .record_nothing_sent(
             id,
             &NothingSentRecord {
+                fence: None,
                 attempt: ticket.attempt,
                 now_ms: at,
                 unreachable: Some(UnreachableRecord {
@@ -426,6 +433,7 @@ fn unreachable(store: &mut Store, id: &str, at: i64) -> crate::core::Unreachable
             },
         )
         .unwrap()
+        .pause()
         .unwrap()
 }
 
@@ -472,6 +480,7 @@ fn an_unreachable_provider_costs_no_budget_and_pauses_the_board_longer_each_time
         .record_failure(
             &id,
             &FailureRecord {
+                fence: None,
                 attempt: ticket.attempt,
                 origin: Origin::Manual,
                 reason: "HTTP 500".into(),
@@ -491,11 +500,17 @@ fn an_unreachable_provider_costs_no_budget_and_pauses_the_board_longer_each_time
 // ---------------------------------------------------------------------------------------------
 
 fn refused(store: &mut Store, id: &str, now: i64, until: i64, request_started: i64) {
-    let ticket = begin(store, id, Origin::Manual, request_started).unwrap();
+    // A person's attempt, forced past a pause an earlier refusal may have set.
+    let forced = BeginPolicy {
+        force: true,
+        ..policy(Origin::Manual, request_started, MAX_ATTEMPTS, 100)
+    };
+    let ticket = store.begin_attempt(id, &forced).unwrap().unwrap();
     store
         .record_failure(
             id,
             &FailureRecord {
+                fence: None,
                 attempt: ticket.attempt,
                 origin: Origin::Gateway,
                 reason: "provider call failed: HTTP 402".into(),
@@ -566,6 +581,7 @@ fn no_automatic_request_leaves_once_the_board_is_paused(#[case] how: &str) {
         }
     }
     let open = LedgerOpen {
+        fence: None,
         task_id: id.clone(),
         origin: Origin::Gateway,
         attempt: 1,
@@ -581,6 +597,7 @@ fn no_automatic_request_leaves_once_the_board_is_paused(#[case] how: &str) {
     assert_eq!(outcomes(&store).len(), before, "no row, so no request");
     // A person's request is theirs to send.
     let manual = LedgerOpen {
+        fence: None,
         origin: Origin::Manual,
         guards: None,
         ..open
@@ -632,10 +649,22 @@ fn a_ceiling_of_zero_calls_means_no_automatic_call_at_all() {
             .unwrap(),
         Err(BeginRefusal::CeilingReached { calls: 0, limit: 0 })
     );
-    assert!(store
-        .begin_attempt(&id, &policy(Origin::Manual, now, MAX_ATTEMPTS, 0))
-        .unwrap()
-        .is_ok());
+    assert_eq!(
+        store
+            .begin_attempt(&id, &policy(Origin::Manual, now, MAX_ATTEMPTS, 0))
+            .unwrap(),
+        Err(BeginRefusal::CeilingReached { calls: 0, limit: 0 }),
+        "a person's attempt keeps to the ceiling too"
+    );
+    let forced = BeginPolicy {
+        force: true,
+        ..policy(Origin::Manual, now, MAX_ATTEMPTS, 0)
+    };
+    let ticket = store.begin_attempt(&id, &forced).unwrap().unwrap();
+    assert_eq!(
+        ticket.overrode,
+        [BeginRefusal::CeilingReached { calls: 0, limit: 0 }]
+    );
 }
 
 #[test]
@@ -715,6 +744,7 @@ fn a_full_board_writes_nothing_and_its_error_keeps_the_cause() {
         .record_failure(
             &id,
             &FailureRecord {
+                fence: None,
                 attempt: ticket.attempt,
                 origin: Origin::Gateway,
                 // Needs pages the board may not grow.
@@ -733,4 +763,99 @@ fn a_full_board_writes_nothing_and_its_error_keeps_the_cause() {
     );
     assert!(store.claim(&id).unwrap().is_some(), "rolled back whole");
     assert!(events(&store, &id, "decompose_failed").is_empty());
+}
+
+#[test]
+fn an_attempt_whose_claim_was_taken_over_writes_nothing_more() {
+    let (_dir, mut store) = scratch();
+    let id = triage_card(&mut store, "taken over");
+    let now = now_ms();
+    let mine = begin(&mut store, &id, Origin::Gateway, now).unwrap();
+    // Another attempt took the card over: the claim now carries its lease, not ours.
+    other_process(&store)
+        .execute(
+            "UPDATE hermes_decompose_claims SET lease = 'another-attempt', attempt = 2 WHERE task_id = ?1",
+            [&id],
+        )
+        .unwrap();
+    let before = outcomes(&store);
+    let fence = Some(mine.lease.clone());
+    assert_eq!(
+        store
+            .ledger_open(&LedgerOpen {
+                fence: fence.clone(),
+                task_id: id.clone(),
+                origin: Origin::Gateway,
+                attempt: mine.attempt,
+                try_no: 1,
+                started_at_ms: now,
+                guards: Some(100),
+            })
+            .unwrap(),
+        Err(BeginRefusal::ClaimLost),
+        "no request leaves"
+    );
+    assert_eq!(outcomes(&store), before);
+    let failed = store
+        .record_failure(
+            &id,
+            &FailureRecord {
+                fence: fence.clone(),
+                attempt: mine.attempt,
+                origin: Origin::Gateway,
+                reason: "late".into(),
+                next_due_ms: Some(now),
+                park: true,
+                now_ms: now,
+                pause: None,
+            },
+        )
+        .unwrap();
+    assert!(!failed, "the failure is not recorded");
+    let plan = crate::core::Plan::Single {
+        rationale: "late".into(),
+        title: Some("the woken holder's title".into()),
+        body: None,
+        assignee: "default".into(),
+    };
+    let applied = store
+        .apply_plan(
+            &id,
+            &plan,
+            &ApplyOptions {
+                fence: fence.clone(),
+                orchestrator: "default".into(),
+                auto_promote: true,
+                author: "auto-decomposer".into(),
+                now_ms: now,
+            },
+        )
+        .unwrap();
+    assert_eq!(applied, ApplyResult::ClaimLost);
+    let card = store.get(&id).unwrap();
+    assert_eq!(
+        (card.title.as_str(), card.status),
+        ("taken over", Status::Triage)
+    );
+    assert_eq!(card.decompose.unwrap().parked_at_ms, None);
+    assert_eq!(
+        store
+            .record_nothing_sent(
+                &id,
+                &NothingSentRecord {
+                    fence,
+                    attempt: mine.attempt,
+                    now_ms: now,
+                    unreachable: None,
+                },
+            )
+            .unwrap(),
+        NothingSentRecorded::ClaimLost
+    );
+    let claim = store.claim(&id).unwrap().unwrap();
+    assert_eq!(
+        (claim.lease.as_deref(), claim.attempt),
+        (Some("another-attempt"), 2),
+        "the other attempt's claim stands"
+    );
 }

@@ -12,9 +12,13 @@ use serde_json::json;
 use std::time::Duration;
 
 use super::board::{add_event, canonical_assignee, insert_task_row, promote_ready, TaskRow};
-use super::claims::{abandon, claim_of, put_claim, refund, release, Recovered};
-use super::guards::{auto_gate, set_pause, set_unreachable_pause, unreachable_streak, AutoGate};
-use super::{SqlResultExt, Status, Store, StoreError};
+use super::claims::{
+    abandon, claim_is_ours, claim_of, new_lease, put_claim, refund, release, ClaimState, Recovered,
+};
+use super::guards::{
+    auto_gate, guards_in_force, set_pause, set_unreachable_pause, unreachable_streak, AutoGate,
+};
+use super::{lenient, SqlResultExt, Status, Store, StoreError};
 use crate::core::time::after;
 use crate::core::{
     unreachable_pause, Backoff, BeginRefusal, ChildSpec, Origin, Plan, UnreachablePause,
@@ -27,6 +31,10 @@ pub const HUMAN_BLOCK_KINDS: [&str; 2] = ["needs_input", "capability"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BeginPolicy {
     pub origin: Origin,
+    /// An explicit attempt (`Origin::Manual`) that goes past the board-wide pause and the
+    /// hourly ceiling (`kanban decompose ID --force`); the guards it went past are on the
+    /// ticket. Automatic attempts never do.
+    pub force: bool,
     pub now_ms: i64,
     /// Automatic attempts stop once a card has had this many.
     pub max_attempts: u32,
@@ -49,12 +57,20 @@ pub struct AttemptTicket {
     pub title: String,
     pub body: Option<String>,
     pub assignee: Option<String>,
+    /// The claim's fencing token: every later write of this attempt carries it (see
+    /// `store::claims`).
+    pub lease: String,
+    /// The board-wide guards in force that a forced explicit attempt went past.
+    pub overrode: Vec<BeginRefusal>,
 }
 
 /// A failed attempt, as recorded on the card.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailureRecord {
     pub attempt: u32,
+    /// The attempt's lease ([`AttemptTicket::lease`]): nothing is recorded once another attempt
+    /// took the card over. `None` only outside an attempt (tests, tools).
+    pub fence: Option<String>,
     pub origin: Origin,
     pub reason: String,
     /// When the card is next due; `None` when it is parked.
@@ -80,9 +96,30 @@ pub struct PauseRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NothingSentRecord {
     pub attempt: u32,
+    /// As [`FailureRecord::fence`].
+    pub fence: Option<String>,
     pub now_ms: i64,
     /// Set when the provider could not be reached: pause the board (B5).
     pub unreachable: Option<UnreachableRecord>,
+}
+
+/// What recording an attempt that sent nothing did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NothingSentRecorded {
+    /// The attempt was given back; the pause in force when the provider could not be reached.
+    GivenBack(Option<UnreachablePause>),
+    /// The attempt's claim had been taken over meanwhile: nothing was written.
+    ClaimLost,
+}
+
+impl NothingSentRecorded {
+    /// The board-wide pause recorded for an unreachable provider, if any.
+    pub fn pause(self) -> Option<UnreachablePause> {
+        match self {
+            NothingSentRecorded::GivenBack(pause) => pause,
+            NothingSentRecorded::ClaimLost => None,
+        }
+    }
 }
 
 /// Why the provider could not be reached, and the base of the board's growing pause.
@@ -106,6 +143,8 @@ pub struct ApplyOptions {
     /// Recorded as the children's creator.
     pub author: String,
     pub now_ms: i64,
+    /// As [`FailureRecord::fence`]: the plan is applied only while the attempt's claim is its own.
+    pub fence: Option<String>,
 }
 
 /// What the apply transaction did.
@@ -117,6 +156,9 @@ pub enum ApplyResult {
     Single { new_title: Option<String> },
     /// The card left triage while the provider was answering; nothing was written (B4).
     LeftTriage { status: String },
+    /// The attempt's claim was taken over by another attempt while the provider was answering
+    /// (it had expired, its holder's life unknown): nothing was written.
+    ClaimLost,
 }
 
 impl Store {
@@ -134,28 +176,40 @@ impl Store {
 
     /// Records a failed attempt: the card's next due time (or its park), the
     /// `decompose_failed` / `decompose_parked` events and any provider pause, in one transaction.
+    /// Returns `false`, having written nothing, when the attempt's claim was taken over meanwhile
+    /// (the attempt that took it closed this one already).
     pub fn record_failure(
         &mut self,
         task_id: &str,
         failure: &FailureRecord,
-    ) -> Result<(), StoreError> {
-        self.write(|tx| record_failure(tx, task_id, failure))
+    ) -> Result<bool, StoreError> {
+        self.write(|tx| {
+            if !claim_is_ours(tx, task_id, failure.fence.as_deref())? {
+                return Ok(false);
+            }
+            record_failure(tx, task_id, failure)?;
+            Ok(true)
+        })
     }
 
     /// Records an attempt that sent nothing the provider received: the attempt is given back
     /// (not counted, the card due again), the claim released and, when the provider could not be
     /// reached, the board paused with a backoff that grows with every such request in a row.
-    /// One transaction; returns the pause in force for an unreachable provider.
+    /// One transaction; returns the pause in force for an unreachable provider. Nothing is
+    /// written once the attempt's claim was taken over.
     pub fn record_nothing_sent(
         &mut self,
         task_id: &str,
         record: &NothingSentRecord,
-    ) -> Result<Option<UnreachablePause>, StoreError> {
+    ) -> Result<NothingSentRecorded, StoreError> {
         self.write(|tx| {
+            if !claim_is_ours(tx, task_id, record.fence.as_deref())? {
+                return Ok(NothingSentRecorded::ClaimLost);
+            }
             refund(tx, task_id, record.attempt, record.now_ms)?;
-            release(tx, task_id)?;
+            release(tx, task_id, record.fence.as_deref())?;
             let Some(unreachable) = &record.unreachable else {
-                return Ok(None);
+                return Ok(NothingSentRecorded::GivenBack(None));
             };
             let streak = unreachable_streak(tx, STREAK_LOOKBACK)?.max(1);
             let lasts = unreachable_pause(unreachable.backoff_base, streak);
@@ -165,12 +219,12 @@ impl Store {
                 unreachable.reason
             );
             set_unreachable_pause(tx, until_ms, &reason, record.now_ms)?;
-            Ok(Some(UnreachablePause {
+            Ok(NothingSentRecorded::GivenBack(Some(UnreachablePause {
                 until_ms,
                 lasts,
                 streak,
                 reason: unreachable.reason.clone(),
-            }))
+            })))
         })
     }
 
@@ -276,10 +330,10 @@ pub(super) fn state_row(conn: &Connection, task_id: &str) -> Result<Option<State
         [task_id],
         |r| {
             Ok(StateRow {
-                attempts: r.get(0)?,
-                due_at_ms: r.get(1)?,
-                parked_at_ms: r.get(2)?,
-                opt_out: r.get::<_, i64>(3)? != 0,
+                attempts: lenient::count_u32(r, 0)?.unwrap_or(0),
+                due_at_ms: lenient::int(r, 1)?,
+                parked_at_ms: lenient::int(r, 2)?,
+                opt_out: lenient::int(r, 3)?.is_some_and(|n| n != 0),
             })
         },
     )
@@ -331,22 +385,35 @@ fn begin_attempt(
     }
     // Whatever the origin: another attempt's request may still be on its way (B1, B4).
     if let Some(claim) = claim_of(tx, task_id)? {
-        if claim.holds(policy.now_ms) {
+        let state = claim.state(policy.now_ms);
+        if state == ClaimState::Held {
             return Ok(Err(BeginRefusal::Claimed {
                 until_ms: claim.until_ms,
                 by: claim.holder(),
             }));
         }
-        // Its process is gone: close that attempt first, so its requests are accounted for.
+        // Its process is gone (or its claim expired): close that attempt first, so its requests
+        // are accounted for.
         abandon(
             tx,
             &claim,
+            state,
             policy.now_ms,
             policy.max_attempts,
             &mut Recovered::default(),
         )?;
     }
     let state = state_row(tx, task_id)?;
+    // A person's attempt keeps to the board-wide guards like any other, unless forced past them.
+    let mut overrode = Vec::new();
+    if !policy.origin.is_automatic() {
+        let mut in_force = guards_in_force(tx, policy.now_ms, policy.calls_per_hour)?;
+        if policy.force {
+            overrode = in_force;
+        } else if !in_force.is_empty() {
+            return Ok(Err(in_force.swap_remove(0)));
+        }
+    }
     if policy.origin.is_automatic() {
         if let Some(refusal) = automatic_refusal(tx, &card, state.as_ref(), policy)? {
             let never_parked = state.as_ref().is_none_or(|s| s.parked_at_ms.is_none());
@@ -360,10 +427,12 @@ fn begin_attempt(
         }
     }
     let attempt = state.as_ref().map_or(0, |s| s.attempts).saturating_add(1);
-    // A card that is not automatically schedulable stays so after a manual attempt.
+    // A card that is not automatically schedulable stays so after a manual attempt. A card
+    // switched off keeps its schedule (for when it is switched back on), so its backoff moves
+    // with the attempt too.
     let schedulable = state
         .as_ref()
-        .is_none_or(|s| !s.opt_out && s.parked_at_ms.is_none() && s.due_at_ms.is_some());
+        .is_none_or(|s| s.parked_at_ms.is_none() && s.due_at_ms.is_some());
     let due = schedulable.then(|| policy.backoff.due_ms(policy.now_ms, attempt));
     tx.execute(
         "INSERT INTO hermes_decompose_state (task_id, attempts, last_attempt_at_ms, due_at_ms)
@@ -375,13 +444,14 @@ fn begin_attempt(
         params![task_id, attempt, policy.now_ms, due],
     )
     .sql("recording the attempt")?;
+    let lease = new_lease()?;
     put_claim(
         tx,
         task_id,
         attempt,
         policy.origin.as_str(),
-        policy.now_ms,
-        policy.claim_until_ms,
+        (policy.now_ms, policy.claim_until_ms),
+        &lease,
     )?;
     Ok(Ok(AttemptTicket {
         task_id: task_id.to_owned(),
@@ -389,6 +459,8 @@ fn begin_attempt(
         title: card.title,
         body: card.body,
         assignee: card.assignee,
+        lease,
+        overrode,
     }))
 }
 
@@ -477,7 +549,7 @@ fn record_failure(
     let already_parked = state.as_ref().is_some_and(|s| s.parked_at_ms.is_some());
     let schedulable = state
         .as_ref()
-        .is_some_and(|s| !s.opt_out && s.parked_at_ms.is_none() && s.due_at_ms.is_some());
+        .is_some_and(|s| s.parked_at_ms.is_none() && s.due_at_ms.is_some());
     let due = if failure.park || !schedulable {
         None
     } else {
@@ -520,7 +592,7 @@ fn record_failure(
             pause.request_started_ms,
         )?;
     }
-    release(tx, task_id)?;
+    release(tx, task_id, failure.fence.as_deref())?;
     Ok(())
 }
 
@@ -533,9 +605,14 @@ fn apply_plan(
     let Some(card) = card_row(tx, task_id)? else {
         return Err(StoreError::NoSuchTask(task_id.to_owned()));
     };
+    // Another attempt took the card over (this one's claim expired while it waited): the card
+    // is that attempt's now, and this answer is not applied, whatever it says.
+    if !claim_is_ours(tx, task_id, opts.fence.as_deref())? {
+        return Ok(ApplyResult::ClaimLost);
+    }
     // Whatever happens next, the card is no longer waiting for an automatic attempt, and this
     // attempt is over.
-    release(tx, task_id)?;
+    release(tx, task_id, opts.fence.as_deref())?;
     tx.execute(
         "UPDATE hermes_decompose_state SET due_at_ms = NULL, last_error = NULL WHERE task_id = ?1",
         [task_id],

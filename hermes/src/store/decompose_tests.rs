@@ -49,6 +49,7 @@ fn triage_card(store: &mut Store, title: &str) -> String {
 
 fn policy(origin: Origin, now_ms: i64) -> BeginPolicy {
     BeginPolicy {
+        force: false,
         origin,
         now_ms,
         max_attempts: MAX_ATTEMPTS,
@@ -133,6 +134,7 @@ fn ledger(store: &mut Store, task_id: &str, started_at_ms: i64) -> i64 {
 fn ledger_of_attempt(store: &mut Store, task_id: &str, attempt: u32, started_at_ms: i64) -> i64 {
     store
         .ledger_open(&LedgerOpen {
+            fence: None,
             task_id: task_id.into(),
             origin: Origin::Gateway,
             attempt,
@@ -447,7 +449,7 @@ fn automatic_attempts_are_refused_by_every_guard_without_writing(
 }
 
 #[rstest]
-fn a_manual_attempt_passes_every_guard_and_is_counted(
+fn a_manual_attempt_passes_every_card_guard_and_only_a_forced_one_the_board_guards(
     #[values(
         Guard::Parked,
         Guard::BudgetSpent,
@@ -467,7 +469,31 @@ fn a_manual_attempt_passes_every_guard_and_is_counted(
     let prior = state(&store, &id);
     let ledger_rows = count(&store, "hermes_aux_ledger");
 
-    let ticket = begin(&mut store, &id, Origin::Manual, now).unwrap();
+    let board_guard = matches!(guard, Guard::Paused | Guard::CeilingReached);
+    if board_guard {
+        let before = dump(&store);
+        assert_eq!(
+            begin(&mut store, &id, Origin::Manual, now),
+            Err(expected_refusal(guard, now)),
+            "a person's attempt keeps to the board-wide guards unless forced"
+        );
+        assert_eq!(
+            dump(&store),
+            before,
+            "{guard:?}: the refusal wrote something"
+        );
+    }
+    let forced = BeginPolicy {
+        force: true,
+        ..policy(Origin::Manual, now)
+    };
+    let ticket = store.begin_attempt(&id, &forced).unwrap().unwrap();
+    let overrode = if board_guard {
+        vec![expected_refusal(guard, now)]
+    } else {
+        vec![]
+    };
+    assert_eq!(ticket.overrode, overrode, "{guard:?}");
     assert_eq!(ticket.attempt, prior.attempts + 1);
     let after = state(&store, &id);
     assert_eq!(after.attempts, prior.attempts + 1);
@@ -577,6 +603,7 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
                 recovered,
                 Recovered {
                     closed_rows: 1,
+                    expired: vec![],
                     failed: vec![poison.clone()],
                     refunded: vec![],
                     parked: vec![poison.clone()],
@@ -614,6 +641,7 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
 
 fn failure(attempt: u32, origin: Origin, next_due_ms: Option<i64>, now: i64) -> FailureRecord {
     FailureRecord {
+        fence: None,
         attempt,
         origin,
         reason: format!("reply rejected: attempt {attempt}"),
@@ -787,6 +815,7 @@ fn child(title: &str, assignee: &str, parents: &[usize]) -> ChildSpec {
 
 fn options(orchestrator: &str) -> ApplyOptions {
     ApplyOptions {
+        fence: None,
         orchestrator: orchestrator.into(),
         auto_promote: true,
         author: "auto-decomposer".into(),
@@ -900,6 +929,7 @@ fn without_auto_promote_children_stay_todo() {
         children: vec![child("only", "default", &[])],
     };
     let opts = ApplyOptions {
+        fence: None,
         auto_promote: false,
         ..options("default")
     };
@@ -1416,6 +1446,7 @@ fn every_request_gets_a_row_opened_before_and_closed_after() {
     let id = triage_card(&mut store, "billed");
     let now = now_ms();
     let open = |try_no| LedgerOpen {
+        fence: None,
         task_id: id.clone(),
         origin: Origin::Sweep,
         attempt: 1,
@@ -1492,6 +1523,7 @@ fn the_ceiling_refuses_a_request_at_the_limit_and_forgets_calls_older_than_an_ho
     ledger(&mut store, "t_00000001", now - HOUR_MS - 1);
     ledger(&mut store, "t_00000001", now - HOUR_MS + 1_000);
     let open = LedgerOpen {
+        fence: None,
         task_id: "t_00000002".into(),
         origin: Origin::Gateway,
         attempt: 1,
@@ -1509,12 +1541,14 @@ fn the_ceiling_refuses_a_request_at_the_limit_and_forgets_calls_older_than_an_ho
     assert_eq!(dump(&store), before, "a refused request leaves no row");
     // Without enforcement (a person's choice) the row is written whatever the count.
     let manual = LedgerOpen {
+        fence: None,
         guards: None,
         ..open.clone()
     };
     assert!(store.ledger_open(&manual).unwrap().is_ok());
     // Once the older call leaves the window, the same request fits again.
     let later = LedgerOpen {
+        fence: None,
         started_at_ms: now + 2_000,
         guards: Some(3),
         ..open

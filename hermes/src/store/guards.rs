@@ -7,6 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 use super::{SqlResultExt, Store, StoreError};
+use crate::core::BeginRefusal;
 
 /// One hour in milliseconds: the ceiling's rolling window.
 pub const HOUR_MS: i64 = 3_600_000;
@@ -97,6 +98,37 @@ pub(crate) fn auto_gate(
     Ok(AutoGate::Open {
         calls_left: u64::from(calls_per_hour) - calls,
     })
+}
+
+/// Every board-wide guard in force at `now_ms`, as the refusals they give: the pause (the
+/// longer one, when a refusal's and an unreachable provider's both run) and the hourly ceiling.
+/// What an explicit `kanban decompose ID` is refused by, and what `--force` goes past.
+pub(crate) fn guards_in_force(
+    conn: &Connection,
+    now_ms: i64,
+    calls_per_hour: u32,
+) -> Result<Vec<BeginRefusal>, StoreError> {
+    let mut in_force = Vec::new();
+    let pauses = [board_pause(conn)?, unreachable_pause(conn)?];
+    if let Some(pause) = pauses
+        .into_iter()
+        .flatten()
+        .filter(|p| p.until_ms > now_ms)
+        .max_by_key(|p| p.until_ms)
+    {
+        in_force.push(BeginRefusal::Paused {
+            until_ms: pause.until_ms,
+            reason: pause.reason,
+        });
+    }
+    let calls = calls_since(conn, now_ms.saturating_sub(HOUR_MS))?;
+    if calls >= u64::from(calls_per_hour) {
+        in_force.push(BeginRefusal::CeilingReached {
+            calls,
+            limit: calls_per_hour,
+        });
+    }
+    Ok(in_force)
 }
 
 /// Calls that may have been billed (every ledger row but those that never reached the provider)

@@ -6,8 +6,9 @@
 use rusqlite::params;
 use serde::Serialize;
 
+use super::claims::claim_is_ours;
 use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
-use super::{SqlResultExt, Store, StoreError};
+use super::{lenient, SqlResultExt, Store, StoreError};
 use crate::core::{BeginRefusal, Origin};
 
 /// A ledger row about to be opened.
@@ -23,6 +24,9 @@ pub struct LedgerOpen {
     /// refused if the board is paused or the rolling hour already holds this many paid calls,
     /// so no request leaves once another one's refusal has been recorded (B5, B6).
     pub guards: Option<u32>,
+    /// The attempt's lease: no row is opened (no request leaves) once another attempt took the
+    /// card over. `None` only outside an attempt (tests, tools).
+    pub fence: Option<String>,
 }
 
 /// How a ledger row's request ended.
@@ -118,6 +122,9 @@ impl Store {
         open: &LedgerOpen,
     ) -> Result<Result<i64, BeginRefusal>, StoreError> {
         self.write(|tx| {
+            if !claim_is_ours(tx, &open.task_id, open.fence.as_deref())? {
+                return Ok(Err(BeginRefusal::ClaimLost));
+            }
             if let Some(limit) = open.guards {
                 match auto_gate(tx, open.started_at_ms, limit)? {
                     AutoGate::Open { .. } => {}
@@ -180,15 +187,21 @@ impl Store {
             let since = since_ms.unwrap_or(i64::MIN);
             let mut stmt = conn
                 .prepare(
+                    // Token sums are taken in two halves (the high and the low 32 bits of each
+                    // row's count, a negative one as 0), so that no sum can overflow SQLite's
+                    // integer (`SUM` fails on overflow): rows another tool wrote, or a provider
+                    // that reports 2^64 - 1 tokens, still add up, to a saturated total.
                     "SELECT l.task_id, t.title, t.status,
                             SUM(l.outcome != 'unreachable'),
                             SUM(l.outcome = 'ok'),
                             SUM(l.outcome NOT IN ('ok', 'in_flight', 'unknown', 'unreachable')),
-                            COALESCE(SUM(l.prompt_tokens), 0),
-                            COALESCE(SUM(l.completion_tokens), 0),
-                            COALESCE(s.attempts, 0),
+                            SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) >> 32),
+                            SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) & 4294967295),
+                            SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
+                            SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295),
+                            s.attempts,
                             s.parked_at_ms IS NOT NULL,
-                            MAX(l.started_at_ms),
+                            MAX(CAST(l.started_at_ms AS INTEGER)),
                             SUM(l.outcome = 'unknown'),
                             SUM(l.outcome = 'unreachable')
                      FROM hermes_aux_ledger l
@@ -202,31 +215,31 @@ impl Store {
             let rows = stmt
                 .query_map([since], |r| {
                     Ok(CardUsage {
-                        task_id: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                        title: r.get(1)?,
-                        status: r.get(2)?,
+                        task_id: lenient::text(r, 0)?.unwrap_or_default(),
+                        title: lenient::text(r, 1)?,
+                        status: lenient::text(r, 2)?,
                         calls: count(r.get(3)?),
                         ok: count(r.get(4)?),
                         failed: count(r.get(5)?),
-                        unknown: count(r.get(11)?),
-                        unreachable: count(r.get(12)?),
-                        prompt_tokens: count(r.get(6)?),
-                        completion_tokens: count(r.get(7)?),
-                        attempts: r.get(8)?,
-                        parked: r.get(9)?,
-                        last_call_at: r.get::<_, Option<i64>>(10)?.map(|ms| ms as f64 / 1000.0),
+                        unknown: count(r.get(13)?),
+                        unreachable: count(r.get(14)?),
+                        prompt_tokens: halves(r.get(6)?, r.get(7)?),
+                        completion_tokens: halves(r.get(8)?, r.get(9)?),
+                        attempts: lenient::count_u32(r, 10)?.unwrap_or(0),
+                        parked: r.get(11)?,
+                        last_call_at: lenient::int(r, 12)?.map(|ms| ms as f64 / 1000.0),
                     })
                 })
                 .sql("reading the ledger")?;
             let cards: Vec<CardUsage> = rows.collect::<Result<_, _>>().sql("reading the ledger")?;
             let totals = cards.iter().fold(UsageTotals::default(), |mut t, c| {
-                t.calls += c.calls;
-                t.ok += c.ok;
-                t.failed += c.failed;
-                t.unknown += c.unknown;
-                t.unreachable += c.unreachable;
-                t.prompt_tokens = t.prompt_tokens.saturating_add(c.prompt_tokens);
-                t.completion_tokens = t.completion_tokens.saturating_add(c.completion_tokens);
+                t.calls = t.calls.saturating_add(c.calls);
+                t.ok = t.ok.saturating_add(c.ok);
+                t.failed = t.failed.saturating_add(c.failed);
+                t.unknown = t.unknown.saturating_add(c.unknown);
+                t.unreachable = t.unreachable.saturating_add(c.unreachable);
+                t.prompt_tokens = saturated_tokens(t.prompt_tokens, c.prompt_tokens);
+                t.completion_tokens = saturated_tokens(t.completion_tokens, c.completion_tokens);
                 t
             });
             let in_force = |pause: Option<super::Pause>| {
@@ -257,7 +270,22 @@ fn count(n: Option<i64>) -> u64 {
     n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
 }
 
+/// The largest token count the board holds, in a row or in any sum of rows: SQLite's largest
+/// integer. A count at it means "at least this many".
+pub const MAX_TOKENS: u64 = i64::MAX as u64;
+
 /// A provider-reported count as SQLite's integer; an absurd one is kept as the largest.
 fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A token sum from its two halves (see the usage query), saturated at [`MAX_TOKENS`].
+fn halves(high: Option<i64>, low: Option<i64>) -> u64 {
+    let sum = (i128::from(high.unwrap_or(0)) << 32) + i128::from(low.unwrap_or(0));
+    u64::try_from(sum.clamp(0, i128::from(MAX_TOKENS))).unwrap_or(MAX_TOKENS)
+}
+
+/// Two token counts added, saturated at [`MAX_TOKENS`].
+fn saturated_tokens(a: u64, b: u64) -> u64 {
+    a.saturating_add(b).min(MAX_TOKENS)
 }

@@ -14,6 +14,7 @@ mod decompose_tests;
 mod guards;
 mod handle;
 mod ledger;
+mod lenient;
 mod pyjson;
 mod recovery;
 pub(crate) mod schema;
@@ -32,10 +33,10 @@ use serde_json::Value;
 
 pub use crate::clock::now_ms;
 pub use crate::core::{BeginRefusal, Origin};
-pub use claims::{Claim, Recovered};
+pub use claims::{Claim, ClaimState, Recovered};
 pub use decompose::{
     ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, FailureRecord, NothingSentRecord,
-    PauseRecord, UnreachableRecord, HUMAN_BLOCK_KINDS,
+    NothingSentRecorded, PauseRecord, UnreachableRecord, HUMAN_BLOCK_KINDS,
 };
 pub use guards::{AutoGate, Pause, HOUR_MS};
 pub use handle::{BoardError, BoardFile, BoardHandle};

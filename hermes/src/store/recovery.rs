@@ -8,9 +8,10 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::board::add_event;
+use super::claims::{abandon, claim_of, ClaimState, Recovered};
 use super::decompose::{state_row, StateRow};
 use super::guards::{board_pause, unreachable_pause, PAUSE_KEY, UNREACHABLE_KEY};
-use super::{SqlResultExt, Status, Store, StoreError};
+use super::{lenient, BeginRefusal, SqlResultExt, Status, Store, StoreError};
 
 /// The board-state key recording the last `kanban resume`.
 const RESUME_KEY: &str = "provider_pause_cleared";
@@ -41,6 +42,13 @@ pub enum UnparkRefusal {
         task_id: String,
         attempts: u32,
         max_attempts: u32,
+    },
+    /// An attempt is in flight: its end decides whether the card is parked, so unparking now
+    /// would be undone by it (the refusal `kanban decompose ID` gives, word for word).
+    #[error("{task_id}: {claimed}; unpark it once that attempt has ended")]
+    InFlight {
+        task_id: String,
+        claimed: BeginRefusal,
     },
 }
 
@@ -220,6 +228,28 @@ fn unpark(
             status,
         }));
     }
+    if let Some(claim) = claim_of(tx, task_id)? {
+        let state = claim.state(now_ms);
+        if state == ClaimState::Held {
+            return Ok(Err(UnparkRefusal::InFlight {
+                task_id: task_id.to_owned(),
+                claimed: BeginRefusal::Claimed {
+                    until_ms: claim.until_ms,
+                    by: claim.holder(),
+                },
+            }));
+        }
+        // The attempt's process is gone (or its claim expired): its end is recorded first, so
+        // the budget reset below is the last word on the card.
+        abandon(
+            tx,
+            &claim,
+            state,
+            now_ms,
+            max_attempts,
+            &mut Recovered::default(),
+        )?;
+    }
     let state = state_row(tx, task_id)?;
     let attempts = state.as_ref().map_or(0, |s| s.attempts);
     let Some(state) = state.filter(|s| s.parked_at_ms.is_some() || s.attempts >= max_attempts)
@@ -285,21 +315,28 @@ fn set_auto_decompose(
     let before = state_row(tx, task_id)?;
     // A card without a state row has never been opted out.
     let was_enabled = before.as_ref().is_none_or(|s| !s.opt_out);
+    // An opted-out card is not scheduled, whatever due time it keeps for when it is back.
+    let scheduled =
+        |state: Option<&StateRow>| state.filter(|s| !s.opt_out).and_then(|s| s.due_at_ms);
     let unchanged = |state: Option<&StateRow>| AutoDecomposeSwitch {
         task_id: task_id.to_owned(),
         enabled,
         changed: false,
-        next_attempt_at_ms: state.and_then(|s| s.due_at_ms),
+        next_attempt_at_ms: scheduled(state),
     };
     if was_enabled == enabled {
         return Ok(unchanged(before.as_ref()));
     }
+    // Off keeps the card's due time: a card in backoff that is switched off and on again still
+    // waits out its backoff, and its budget (attempts) is never touched here. On schedules a card
+    // that never had a due time (created opted out, or written by another tool) now.
+    let kept = before.as_ref().and_then(|s| s.due_at_ms);
     let due = if enabled {
         let schedulable = status == Status::Triage.as_str()
             && before.as_ref().is_none_or(|s| s.parked_at_ms.is_none());
-        schedulable.then(|| before.as_ref().and_then(|s| s.due_at_ms).unwrap_or(now_ms))
+        schedulable.then(|| kept.unwrap_or(now_ms))
     } else {
-        None
+        kept
     };
     tx.execute(
         "INSERT INTO hermes_decompose_state (task_id, opt_out, due_at_ms) VALUES (?1, ?2, ?3)
@@ -318,7 +355,7 @@ fn set_auto_decompose(
         task_id: task_id.to_owned(),
         enabled,
         changed: true,
-        next_attempt_at_ms: due,
+        next_attempt_at_ms: due.filter(|_| enabled),
     })
 }
 
@@ -338,22 +375,18 @@ fn calls(conn: &Connection, filter: &CallFilter) -> Result<Vec<LedgerCall>, Stor
             |r| {
                 Ok(LedgerCall {
                     id: r.get(0)?,
-                    task_id: r.get(1)?,
-                    origin: r.get(2)?,
-                    attempt: r.get(3)?,
-                    try_no: r.get(4)?,
-                    started_at_ms: r.get(5)?,
-                    ended_at_ms: r.get(6)?,
-                    outcome: r.get(7)?,
-                    http_status: r.get(8)?,
+                    task_id: lenient::text(r, 1)?,
+                    origin: lenient::text(r, 2)?.unwrap_or_default(),
+                    attempt: lenient::count_u32(r, 3)?,
+                    try_no: lenient::count_u32(r, 4)?.unwrap_or(0),
+                    started_at_ms: lenient::int(r, 5)?.unwrap_or(0),
+                    ended_at_ms: lenient::int(r, 6)?,
+                    outcome: lenient::text(r, 7)?.unwrap_or_default(),
+                    http_status: lenient::int(r, 8)?.and_then(|n| u16::try_from(n).ok()),
                     // Negative counts can only come from another tool's bad row: shown as unknown.
-                    prompt_tokens: r
-                        .get::<_, Option<i64>>(9)?
-                        .and_then(|n| u64::try_from(n).ok()),
-                    completion_tokens: r
-                        .get::<_, Option<i64>>(10)?
-                        .and_then(|n| u64::try_from(n).ok()),
-                    detail: r.get(11)?,
+                    prompt_tokens: lenient::count_u64(r, 9)?,
+                    completion_tokens: lenient::count_u64(r, 10)?,
+                    detail: lenient::text(r, 11)?,
                 })
             },
         )
@@ -539,15 +572,15 @@ mod tests {
         assert_eq!(off.next_attempt_at_ms, None);
         let state = store.get(&id).unwrap().decompose.unwrap();
         assert!(state.opt_out);
-        assert_eq!(state.due_at_ms, None);
+        assert_eq!(state.due_at_ms, due, "kept for when it is switched back on");
         let again = store.set_auto_decompose(&id, false, 60, "a").unwrap();
         assert!(!again.changed);
+        assert_eq!(again.next_attempt_at_ms, None, "not scheduled while off");
         let on = store.set_auto_decompose(&id, true, 70, "b").unwrap();
         assert!(on.changed && on.enabled);
         assert_eq!(
-            on.next_attempt_at_ms,
-            Some(70),
-            "due now, not at its old time {due:?}"
+            on.next_attempt_at_ms, due,
+            "switched back on, the card keeps the due time it had"
         );
         assert!(!store.get(&id).unwrap().decompose.unwrap().opt_out);
         assert_eq!(
@@ -593,6 +626,7 @@ mod tests {
         ] {
             let row = store
                 .ledger_open(&LedgerOpen {
+                    fence: None,
                     task_id: card.clone(),
                     origin: Origin::Gateway,
                     attempt: 1,

@@ -201,6 +201,9 @@ pub(crate) const TABLES: &[Table] = &[
     // is recorded. Until then no other attempt may pay for the card (B1, B4). `owner` names the
     // process (see `process::token`), so a live holder keeps the card even if the clock jumps,
     // and a dead one's claim is void at once; `until_ms` bounds it when liveness is unknown.
+    // `lease` is the attempt's own random token: every write the attempt makes afterwards (a
+    // request's ledger row, its answer, its failure) commits only while the claim still carries
+    // it, so a holder that wakes after its claim was taken over changes nothing.
     Table {
         name: "hermes_decompose_claims",
         columns: columns![
@@ -210,6 +213,7 @@ pub(crate) const TABLES: &[Table] = &[
             "owner" "TEXT NOT NULL",
             "claimed_at_ms" "INTEGER NOT NULL",
             "until_ms" "INTEGER NOT NULL",
+            "lease" "TEXT",
         ],
         constraints: &[],
     },

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use fixtures::aux_model::{AuxModel, Reply};
 use hermes::config::Config;
 use hermes::core::{Applied, AttemptOutcome, ProviderFault};
-use hermes::decompose::attempt::{backoff, run_attempt, AttemptContext, SHUTDOWN_ANSWER_WAIT};
+use hermes::decompose::attempt::{
+    backoff, run_attempt, run_manual_attempt, AttemptContext, SHUTDOWN_ANSWER_WAIT,
+};
 use hermes::store::{now_ms, BeginRefusal, DecomposeState, NewTask, Origin, Status, Store};
 use rstest::rstest;
 use rusqlite::{Connection, OpenFlags};
@@ -730,7 +732,7 @@ fn an_answer_that_lands_while_shutting_down_is_recorded(#[case] landed: Landed) 
 }
 
 #[test]
-fn the_hourly_ceiling_stops_a_retry_but_not_a_person() {
+fn the_hourly_ceiling_stops_a_retry_and_a_person_unless_forced() {
     let server = provider(status_only(503));
     let board = Board::new("ceiling");
     let mut cfg = config(&server);
@@ -778,9 +780,29 @@ fn the_hourly_ceiling_stops_a_retry_but_not_a_person() {
     };
     assert_eq!(attempts_of_second(), 0);
 
-    // A person's explicit attempt is not held to the automatic ceiling, retries included.
-    let manual = attempt_on(&ctx, &second, Origin::Manual);
-    assert_eq!(manual.requests, 3);
+    // A person's explicit attempt keeps to the ceiling too: refused before it is counted.
+    let (_keep, shutdown) = running();
+    let (held, overrode) =
+        block_on(run_manual_attempt(&ctx, &second, false, shutdown.clone())).unwrap();
+    assert!(
+        matches!(
+            held,
+            AttemptOutcome::Refused {
+                refusal: BeginRefusal::CeilingReached { calls: 2, limit: 2 },
+                ..
+            }
+        ),
+        "{held:?}"
+    );
+    assert!(overrode.is_empty());
+    assert_eq!(attempts_of_second(), 0);
+    // Forced, it goes past the ceiling, retries included, and says so.
+    let (forced, overrode) = block_on(run_manual_attempt(&ctx, &second, true, shutdown)).unwrap();
+    assert_eq!(
+        overrode,
+        [BeginRefusal::CeilingReached { calls: 2, limit: 2 }]
+    );
+    assert_eq!(Seen::from(forced).requests, 3);
     assert_eq!(attempts_of_second(), 1);
     assert_eq!(requests(&server).len(), 5);
 }

@@ -604,7 +604,7 @@ fn a_sweep_first_closes_requests_a_dead_process_left_in_flight() {
     assert!(
         sweep
             .stderr
-            .contains("closed 1 ledger row(s) left in flight by a process that ended"),
+            .contains("closed 1 ledger row(s) left in flight by an attempt that did not record"),
         "{}",
         sweep.stderr
     );

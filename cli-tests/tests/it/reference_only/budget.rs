@@ -8,7 +8,7 @@ use rstest::rstest;
 use serde_json::json;
 
 use super::shown_decompose_state;
-use crate::{decompose_all, decompose_card, Decomposition};
+use crate::{decompose_all, decompose_card, decompose_forced, Decomposition};
 
 fn transcript(runs: &[Decomposition]) -> String {
     runs.iter()
@@ -17,14 +17,19 @@ fn transcript(runs: &[Decomposition]) -> String {
         .join("\n")
 }
 
-/// The verdicts on a person's decompose after the sweeps: one more request, one more attempt.
+/// The verdicts on a person's decompose after the sweeps (forced past the board-wide guards
+/// when `forced`): one more request, one more attempt.
 fn judge_one_explicit_attempt(
     board: &Board,
     card: &str,
-    bills_before: usize,
-    attempts_before: i64,
+    (bills_before, attempts_before): (usize, i64),
+    forced: bool,
 ) {
-    let run = decompose_card(board, card);
+    let run = if forced {
+        decompose_forced(board, card)
+    } else {
+        decompose_card(board, card)
+    };
     bound(
         "requests of a person's decompose after the sweeps",
         board.aux().billed_for(card) - bills_before,
@@ -91,8 +96,8 @@ fn sweeps_bill_a_failing_card_exactly_its_attempt_budget(#[case] budget: u32) {
     judge_one_explicit_attempt(
         &board,
         &doomed,
-        aux.billed_for(&doomed),
-        board.rows().attempts(&doomed),
+        (aux.billed_for(&doomed), board.rows().attempts(&doomed)),
+        false,
     );
 }
 
@@ -130,7 +135,7 @@ fn no_sweep_pays_with_an_hourly_ceiling_of_zero(
         .verdict("the ceiling stops the sweep before anything is counted")
         .context(|| sweep.output.to_string())
         .gap(GapKind::HourlyCeilingExceeded);
-    judge_one_explicit_attempt(&board, &cards[0], 0, 0);
+    judge_one_explicit_attempt(&board, &cards[0], (0, 0), true);
 }
 
 #[rstest]

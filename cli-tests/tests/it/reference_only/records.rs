@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::claims::in_flight_hold;
 use crate::outage::provider_down;
-use crate::{decompose_all, decompose_card};
+use crate::{decompose_all, decompose_card, decompose_forced};
 
 fn outcomes(board: &Board, card: &str) -> Vec<String> {
     board
@@ -135,7 +135,8 @@ fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
     let card = board.create("waits out an outage", &["--triage"]);
 
     let sweep = decompose_all(&board);
-    let explicit = decompose_card(&board, &card);
+    // A person forcing a decompose past the board's pause finds the provider still down.
+    let explicit = decompose_forced(&board, &card);
 
     let transcript = || format!("{}\n{}", sweep.output, explicit.output);
     let shown =

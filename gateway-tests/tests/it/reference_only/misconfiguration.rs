@@ -337,3 +337,47 @@ fn a_bad_edit_mid_run_keeps_the_last_good_config_and_its_bounds(
     .note(|| format!("bills per card: {bills:?}"))
     .gap(GapKind::KillSwitchIgnored);
 }
+
+#[rstest]
+fn a_bad_dotenv_line_is_a_warning_naming_it_and_the_key_below_it_still_bills(
+    #[with(Config::gateway())] board: Board,
+) {
+    let aux = board.aux();
+    let dotenv = board.hermes_home().join(".env");
+    let bytes: &[u8] = b"BROKEN=\xc3\x28\nOPENAI_API_KEY=sk-gateway-dotenv-0022\n";
+    if let Err(error) = std::fs::write(&dotenv, bytes) {
+        panic!("cannot write {}: {error}", dotenv.display());
+    }
+    let card = board.create("an idea billed with the .env key", &["--triage"]);
+    aux.reply(&card, Reply::graph(2, &[]));
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window.left_triage(
+        &board,
+        &gateway,
+        std::slice::from_ref(&card),
+        board.target().first_bill_timeout(),
+        "the card decomposed",
+    );
+    let log = gateway.log_since_start();
+    drop(gateway);
+
+    let bearers: Vec<String> = aux.billed_calls().iter().map(|c| c.bearer()).collect();
+    holds(
+        "the gateway's requests carry the key from the line below the bad one",
+        !bearers.is_empty() && bearers.iter().all(|b| b == "Bearer sk-gateway-dotenv-0022"),
+    )
+    .note(|| format!("bearers: {bearers:?}"))
+    .context(|| log.clone())
+    .gap(GapKind::DecomposerSettingIgnored);
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("WARN") && line.contains(".env: line 1: not valid UTF-8"))
+        .collect();
+    bound("WARN lines naming the bad .env line", warnings.len())
+        .exactly(1)
+        .over(&window)
+        .context(|| log.clone())
+        .gap(GapKind::SilentMisconfiguration);
+}

@@ -1,0 +1,193 @@
+//! No output of a whole run shows the provider key or the password of a base URL's userinfo:
+//! a gateway (text and `--json` logs) and every CLI verb, while the provider echoes both in its
+//! error text, and then with a base URL that carries them and cannot be parsed. The board itself
+//! keeps neither. The provider's text also carries terminal controls, which no log line shows
+//! raw.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use fixtures::prelude::*;
+use rstest::rstest;
+use serde_json::json;
+
+use crate::support::start_gateway;
+
+/// The decomposer's key.
+const KEY: &str = "sk-hermes-0022-never-shown";
+/// The password in the base URL's userinfo.
+const PASSWORD: &str = "hunter2-0022-pw";
+
+/// The decomposer's settings, routed to `base_url` with the key.
+fn decomposer_at(base_url: &str) -> String {
+    format!(
+        "auxiliary:\n  kanban_decomposer:\n    provider: custom\n    base_url: '{base_url}'\n    api_key: '{KEY}'\n"
+    )
+}
+
+/// Terminal controls in the provider's text: CSI, OSC ended by BEL, a C1 CSI, a line break.
+const CONTROLS: &str = "\u{1b}[2J\u{1b}]0;owned\u{7}\u{9b}31m\nforged log line";
+
+/// A 200 reply whose provider error echoes the key and the URL the call went to.
+fn echoing(url: &str) -> Reply {
+    Reply::raw(
+        200,
+        "application/json",
+        json!({"error": {"message": format!(
+            "Incorrect API key provided: {KEY} (Authorization: Bearer {KEY}) for {url} {CONTROLS}"
+        )}})
+        .to_string(),
+    )
+}
+
+/// Control characters in `log` that a terminal would act on (line breaks between lines aside).
+fn raw_controls(log: &str) -> Vec<String> {
+    log.char_indices()
+        .filter(|(_, c)| c.is_control() && *c != '\n')
+        .map(|(at, c)| format!("{c:?} at byte {at}"))
+        .collect()
+}
+
+#[rstest]
+fn no_output_of_a_whole_run_shows_the_key_or_the_urls_password(
+    #[with(Config::gateway().backoff(0.0).retries(0))] board: Board,
+) {
+    let aux = board.aux();
+    let with_userinfo = aux
+        .base_url()
+        .replacen("://", &format!("://ops:{PASSWORD}@"), 1);
+    board.reconfigure(board.config().yaml(&decomposer_at(&with_userinfo)));
+    let echoed = board.create("an idea the provider answers badly", &["--triage"]);
+    let good = board.create("an idea the provider splits", &["--triage"]);
+    let by_hand = board.create("an idea a person sends", &["--triage"]);
+    for card in [&echoed, &by_hand] {
+        aux.reply(card, echoing(&with_userinfo));
+    }
+    aux.reply(&good, Reply::graph(2, &[]));
+
+    let mut outputs: Vec<(String, String)> = Vec::new();
+    let mut keep = |output: CliOutput| {
+        outputs.push((
+            output.command.clone(),
+            format!("{}\n{}", output.stdout, output.stderr),
+        ));
+    };
+    let gateway = start_gateway(&board);
+    let seen = try_wait_until(
+        || {
+            !board.rows().events(&echoed, "decompose_failed").is_empty()
+                && board.rows().status(&good) != "triage"
+        },
+        board.target().first_bill_timeout(),
+        "the gateway's two attempts",
+    );
+    for args in [
+        vec!["kanban", "decompose", by_hand.as_str()],
+        vec!["kanban", "decompose", by_hand.as_str(), "--json"],
+        vec!["kanban", "show", echoed.as_str()],
+        vec!["kanban", "show", echoed.as_str(), "--json"],
+        vec!["kanban", "list", "--json"],
+        vec!["kanban", "usage"],
+        vec!["kanban", "usage", "--json"],
+        vec!["kanban", "usage", "--calls"],
+        vec!["kanban", "usage", "--calls", "--json"],
+    ] {
+        keep(board.cli_unchecked(args));
+    }
+    // A base URL with the same userinfo that cannot be parsed: every verb that uses it says so.
+    let broken = format!("http://ops:{PASSWORD}@[::1/v1");
+    board.reconfigure(board.config().yaml(&decomposer_at(&broken)));
+    let noticed = try_wait_until(
+        || gateway.log().contains("auto-decompose cannot run"),
+        board.target().first_bill_timeout(),
+        "the gateway's word on the broken base URL",
+    );
+    let late = board.create("an idea after the config broke", &["--triage"]);
+    for args in [
+        vec!["kanban", "decompose", late.as_str()],
+        vec!["kanban", "decompose", late.as_str(), "--json"],
+        vec!["kanban", "decompose", "--all", "--json"],
+        vec!["kanban", "usage", "--json"],
+    ] {
+        keep(board.cli_unchecked(args));
+    }
+    let text_log = gateway.log();
+    drop(gateway);
+    let forged = text_log
+        .lines()
+        .filter(|line| line.starts_with("forged log line"))
+        .count();
+    let json_log_path = board.root().join("gateway-json.log");
+    let mut json_spec = board
+        .gateway_spec()
+        .readiness(Readiness::Immediate, Duration::ZERO);
+    json_spec.args.push(OsString::from("--json"));
+    json_spec.log = json_log_path;
+    let json_gateway = Gateway::spawn(json_spec);
+    let json_noticed = try_wait_until(
+        || json_gateway.log().contains("auto-decompose cannot run"),
+        board.target().first_bill_timeout(),
+        "the --json gateway's word on the broken base URL",
+    );
+    let json_log = json_gateway.log();
+    drop(json_gateway);
+    let log_controls: Vec<String> = [&text_log, &json_log]
+        .into_iter()
+        .flat_map(|log| raw_controls(log))
+        .collect();
+    outputs.push(("gateway run (text log)".to_owned(), text_log));
+    outputs.push(("gateway run --json (log)".to_owned(), json_log));
+    let db = board.rows().path().to_owned();
+    for suffix in ["", "-wal"] {
+        let path = format!("{}{suffix}", db.display());
+        if let Ok(bytes) = std::fs::read(&path) {
+            outputs.push((path, String::from_utf8_lossy(&bytes).into_owned()));
+        }
+    }
+
+    let transcript = || {
+        outputs
+            .iter()
+            .map(|(what, text)| format!("=== {what}\n{text:.3000}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut in_play = holds(
+        "the provider was called with the key and echoed it (the scenario ran)",
+        aux.billed_for(&echoed) >= 1
+            && aux.billed_for(&by_hand) >= 2
+            && outputs.iter().any(|(what, text)| {
+                what.contains("gateway run") && text.contains("auto-decompose cannot run")
+            }),
+    )
+    .context(transcript);
+    for wait in [&seen, &noticed, &json_noticed] {
+        if let Err(timeout) = wait {
+            in_play = in_play.interrupted_by(Interruption::from(timeout));
+        }
+    }
+    in_play.gap(GapKind::CallNotVisible);
+    let shown: Vec<String> = outputs
+        .iter()
+        .flat_map(|(what, text)| {
+            [("the key", KEY), ("the URL's password", PASSWORD)]
+                .into_iter()
+                .filter(|(_, secret)| text.contains(secret))
+                .map(move |(which, _)| format!("{which} in {what}"))
+        })
+        .collect();
+    holds(
+        "no output and no board file shows the key or the URL's password",
+        shown.is_empty(),
+    )
+    .note(|| shown.join("; "))
+    .context(transcript)
+    .gap(GapKind::SecretShown);
+    holds(
+        "no gateway log line shows a control character raw or forges another line",
+        log_controls.is_empty() && forged == 0,
+    )
+    .note(|| format!("{}; forged lines: {forged}", log_controls.join(", ")))
+    .context(transcript)
+    .gap(GapKind::RawControlOutput);
+}
