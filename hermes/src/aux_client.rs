@@ -301,7 +301,17 @@ impl ChatRequest<'_> {
 impl AuxClient {
     /// Checks the settings and builds the HTTP client; sends nothing.
     pub fn new(settings: AuxSettings) -> Result<Self, AuxError> {
-        let endpoint = chat_completions_url(&settings.base_url)?;
+        let mut endpoint = chat_completions_url(&settings.base_url)?;
+        let has_key = settings
+            .api_key
+            .as_deref()
+            .is_some_and(|key| !key.trim().is_empty());
+        if has_key {
+            // The configured key is what authorizes a paid call: credentials in the URL would
+            // otherwise be sent as Basic auth in its place (contract §5).
+            let _ = endpoint.set_username("");
+            let _ = endpoint.set_password(None);
+        }
         if !settings.temperature.is_finite() {
             return Err(AuxError::InvalidSettings(format!(
                 "temperature must be a finite number, got {}",

@@ -1,4 +1,4 @@
-//! A reply that starts and then stops (SPEC B8, §2 `auxiliary.timeout_seconds`: a bound on one
+//! A reply that starts and then stops (contract §7 B8, §2 `auxiliary.timeout_seconds`: a bound on one
 //! request, streaming included): the status line and headers sent and then nothing, or part of
 //! the body (some SSE events, half a chunked JSON document) and then nothing. The call ends at
 //! the call timeout, measured from the provider's side (when the client hung up), not at the

@@ -1,4 +1,4 @@
-//! A reply that starts and then stops, through a running gateway (SPEC B8): a body stalled after
+//! A reply that starts and then stops, through a running gateway (contract §7 B8): a body stalled after
 //! its head or mid-stream blocks neither the tick loop nor the shutdown while its call is in
 //! flight, and the call ends at the call timeout, seen from the provider's side as the gateway
 //! hanging up, so the card's next attempt comes and succeeds.

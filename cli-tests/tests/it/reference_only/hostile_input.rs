@@ -448,12 +448,9 @@ fn retry_after_in_any_form_pauses_between_the_floor_and_the_cap(
 #[rstest]
 fn a_bad_dotenv_line_is_skipped_with_its_number_and_the_key_below_it_is_used(board: Board) {
     let aux = board.aux();
-    let dotenv = board.hermes_home().join(".env");
     let bytes: &[u8] =
         b"# the provider key\nBROKEN=\xff\xfe\nnot a pair\nOPENAI_API_KEY=sk-from-dotenv-0022\n";
-    if let Err(error) = std::fs::write(&dotenv, bytes) {
-        panic!("cannot write {}: {error}", dotenv.display());
-    }
+    board.write_dotenv(bytes);
     let card = board.create("an idea billed with the .env key", &["--triage"]);
     aux.reply(&card, Reply::graph(2, &[]));
 

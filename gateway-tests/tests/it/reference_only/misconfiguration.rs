@@ -343,11 +343,8 @@ fn a_bad_dotenv_line_is_a_warning_naming_it_and_the_key_below_it_still_bills(
     #[with(Config::gateway())] board: Board,
 ) {
     let aux = board.aux();
-    let dotenv = board.hermes_home().join(".env");
     let bytes: &[u8] = b"BROKEN=\xc3\x28\nOPENAI_API_KEY=sk-gateway-dotenv-0022\n";
-    if let Err(error) = std::fs::write(&dotenv, bytes) {
-        panic!("cannot write {}: {error}", dotenv.display());
-    }
+    board.write_dotenv(bytes);
     let card = board.create("an idea billed with the .env key", &["--triage"]);
     aux.reply(&card, Reply::graph(2, &[]));
 
