@@ -410,6 +410,50 @@ impl Report {
         out
     }
 
+    /// The report in short, for the docs (`docs/report.md` embeds it through `cargo docs`): who
+    /// was run, the counts, one row per test with each target's mark (no figures), and the
+    /// oracle's table.
+    pub fn compact_markdown(&self, commit: &str) -> String {
+        let mut out = format!(
+            "A real run of `cargo conformance` on {} at `{commit}`:\n\n",
+            self.date
+        );
+        for (index, run) in self.runs.iter().enumerate() {
+            let c = self.counts(index);
+            let _ = writeln!(
+                out,
+                "- **{}**: {}; gap list `{}`; {} pass, {} known gap, {} fixed?, {} FAIL, {} n/a; {}",
+                run.name,
+                run.describes,
+                run.gap_list,
+                c.pass,
+                c.known_gap,
+                c.fixed,
+                c.fail,
+                c.not_run,
+                format_seconds(run.seconds)
+            );
+        }
+        out.push_str("\n| suite | scenario |");
+        for run in &self.runs {
+            let _ = write!(out, " {} |", run.name);
+        }
+        out.push_str("\n|---|---|");
+        for _ in &self.runs {
+            out.push_str("---|");
+        }
+        out.push('\n');
+        for row in &self.rows {
+            let _ = write!(out, "| {} | {} |", row.package, cell_text(&row.scenario));
+            for cell in &row.cells {
+                let _ = write!(out, " {} |", cell_text(&cell.label));
+            }
+            out.push('\n');
+        }
+        out.push_str(&self.oracle_markdown());
+        out
+    }
+
     /// The oracle's invariants, one row each, judged on every test of every target: how many
     /// runs kept them, broke them as a listed gap, and broke them otherwise.
     fn oracle_markdown(&self) -> String {

@@ -178,6 +178,12 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     }
     let markdown = report.markdown();
     let written = ws.write_report(out_dir, "report", &markdown, &report.json())?;
+    // The short form the docs embed (`cargo docs --take conformance`).
+    std::fs::write(
+        written.with_file_name("summary.md"),
+        report.compact_markdown(&tools::workspace::head_commit(&ws.root)),
+    )
+    .context("writing the report's summary")?;
     if args.table {
         println!("\n{markdown}");
     }
