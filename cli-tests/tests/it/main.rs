@@ -20,6 +20,7 @@
 //! | `outage` | an unreachable provider costs nothing; the card is decomposed once it is back |
 //! | `stalls` | a reply that stalls after its head or mid-body ends at the (stricter) call timeout |
 //! | `pauses` | a board-wide pause is shortened by no later refusal |
+//! | `prompt` | the `Task id:` line first, whatever a title says; a card of any size makes a bounded request |
 //! | `config_extremes` | absurd numbers in `config.yaml` |
 //! | `decomposer` | upstream's decomposer settings (model, key, extra body) reach the call |
 //! | `misconfiguration` | a config upstream wrote is read in silence |
@@ -72,6 +73,7 @@ mod json_shape;
 mod misconfiguration;
 mod outage;
 mod pauses;
+mod prompt;
 mod races;
 mod reference_only;
 mod retries;

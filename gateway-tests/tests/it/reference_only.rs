@@ -681,3 +681,47 @@ fn a_triage_card_another_tool_wrote_is_scheduled_and_decomposed(
     .context(|| board.diag(&foreign))
     .gap(GapKind::ReplyNotApplied);
 }
+
+/// Cards whose replies are slow enough that a tick finds the ceiling's calls still in flight.
+const SLOW_CARDS: usize = 5;
+/// The ceiling the slow cards meet: fewer than the cards, fewer than a tick may send.
+const IN_FLIGHT_CEILING: u32 = 2;
+
+#[rstest]
+fn the_hourly_ceiling_counts_the_calls_still_in_flight(
+    #[with(Config::gateway().calls_per_hour(IN_FLIGHT_CEILING).per_tick(SLOW_CARDS as u32))]
+    board: Board,
+) {
+    let aux = board.aux();
+    // Each reply is held back longer than the probe window, so that every call the ceiling
+    // allows is still open when the next tick looks at the hour.
+    for i in 0..SLOW_CARDS {
+        let card = board.create(&format!("a slow idea {i}"), &["--triage"]);
+        aux.reply(
+            &card,
+            Reply::default_single().delayed(Duration::from_secs(3)),
+        );
+    }
+
+    let mut run = board.scenario();
+    run.start()
+        .bills(
+            IN_FLIGHT_CEILING as usize,
+            || aux.bills(),
+            "the calls the ceiling allows",
+        )
+        // Nothing more may be decomposed once the hour is full, so probes cannot prove ticks:
+        // the span is the scenario (and covers the moment the open calls answer).
+        .watch(span_of_ticks(board.target(), 40));
+    let bills = aux.bills();
+    let seen = run.stop();
+
+    bound(
+        "paid calls under a ceiling of 2 while they are in flight",
+        bills,
+    )
+    .at_most(IN_FLIGHT_CEILING)
+    .over(&seen)
+    .note(|| board.setting(Setting::CallsPerHour))
+    .gap(GapKind::HourlyCeilingExceeded);
+}

@@ -144,7 +144,18 @@ fn run(args: Args) -> anyhow::Result<bool> {
                 (true, true) => ("missed".to_owned(), failed),
             })
         })?;
-        eprintln!("planted:   {} ({})", verdict.0, verdict.1.join(", "));
+        let shown: Vec<&str> = verdict.1.iter().take(3).map(String::as_str).collect();
+        let more = verdict.1.len().saturating_sub(shown.len());
+        eprintln!(
+            "planted:   {} ({}{})",
+            verdict.0,
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
         outcomes.push(Outcome {
             bug: bug.clone(),
             verdict: verdict.0,
