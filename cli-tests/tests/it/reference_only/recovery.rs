@@ -839,3 +839,62 @@ fn auto_decompose_off_keeps_sweeps_away_and_on_brings_them_back(board: Board) {
         snapshot
     );
 }
+
+#[rstest]
+fn an_operators_verb_on_one_card_leaves_every_other_card_as_it_was(
+    #[with(Config::plain().max_attempts(2).backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    // Two parked cards, two cards switched off with their budget half spent: each verb below
+    // names one of each pair, and its twin must come out of it as it went in.
+    let [named, twin] = ["a parked idea named by unpark", "its parked twin"]
+        .map(|title| board.create(title, &["--triage"]));
+    for card in [&named, &twin] {
+        aux.reply(card, Reply::malformed());
+    }
+    for _ in 0..3 {
+        decompose_all(&board);
+    }
+    let [switched, switched_twin] = ["an idea switched back on", "its twin, left off"]
+        .map(|title| board.create(title, &["--triage"]));
+    for card in [&switched, &switched_twin] {
+        aux.reply(card, Reply::malformed());
+    }
+    decompose_all(&board);
+    for card in [&switched, &switched_twin] {
+        board.cli(["kanban", "auto-decompose", card.as_str(), "off"]);
+    }
+    let states_before: Vec<Value> = [&twin, &switched_twin]
+        .map(|card| shown_decompose_state(&board, card))
+        .to_vec();
+    let bills_before = [&twin, &switched_twin].map(|card| aux.billed_for(card));
+
+    board.cli(["kanban", "unpark", named.as_str(), "--by", OPERATOR]);
+    board.cli(["kanban", "auto-decompose", switched.as_str(), "on"]);
+    let sweeps: Vec<String> = (0..2)
+        .map(|_| decompose_all(&board).output.to_string())
+        .collect();
+
+    let states_after: Vec<Value> = [&twin, &switched_twin]
+        .map(|card| shown_decompose_state(&board, card))
+        .to_vec();
+    let bills_after = [&twin, &switched_twin].map(|card| aux.billed_for(card));
+    let mut findings = Findings::new();
+    findings
+        .equal(
+            "the twins' budgets and switches",
+            &states_after,
+            &states_before,
+        )
+        .equal("the twins' bills", &bills_after, &bills_before)
+        .that(aux.billed_for(&named) > 2, || {
+            format!(
+                "the unparked card was not billed again ({} bills)",
+                aux.billed_for(&named)
+            )
+        });
+    findings
+        .verdict("unpark and auto-decompose on touch only the card they name")
+        .context(|| sweeps.join("\n"))
+        .gap(GapKind::VerbOverreached);
+}
