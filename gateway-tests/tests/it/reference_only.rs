@@ -725,3 +725,56 @@ fn the_hourly_ceiling_counts_the_calls_still_in_flight(
     .note(|| board.setting(Setting::CallsPerHour))
     .gap(GapKind::HourlyCeilingExceeded);
 }
+
+/// The outcome `usage --calls --json` gives `card`'s calls, oldest first.
+fn usage_outcomes(board: &Board, card: &str) -> (Vec<String>, CliOutput) {
+    let output = board.cli_unchecked(["kanban", "usage", "--calls", "--card", card, "--json"]);
+    let outcomes = output
+        .stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|row| row["outcome"].as_str().map(str::to_owned))
+        .collect();
+    (outcomes, output)
+}
+
+#[rstest]
+fn usage_shows_a_call_in_flight_and_after_the_crash_that_left_it(
+    #[with(Config::gateway().call_timeout(30.0))] board: Board,
+) {
+    let aux = board.aux();
+    let card = board.create("an idea the provider sits on", &["--triage"]);
+    aux.reply(&card, Reply::hang(Duration::from_secs(60)));
+
+    let mut run = board.scenario();
+    run.start().first_bill(&card);
+    let in_flight = usage_outcomes(&board, &card);
+    run.kill9();
+    let after_crash = usage_outcomes(&board, &card);
+    run.restart().prove_ticks(1);
+    let after_restart = usage_outcomes(&board, &card);
+    let seen = run.stop();
+
+    let mut findings = Findings::new();
+    findings
+        .equal(
+            "while the call is in flight",
+            &in_flight.0,
+            &vec!["in_flight".to_owned()],
+        )
+        .equal(
+            "after the crash",
+            &after_crash.0,
+            &vec!["in_flight".to_owned()],
+        )
+        .equal(
+            "after the restarted gateway ticked",
+            &after_restart.0,
+            &vec!["unknown".to_owned()],
+        );
+    findings
+        .verdict("usage --calls shows the call in flight, and after the crash that left it")
+        .over(&seen)
+        .context(|| format!("{}\n{}\n{}", in_flight.1, after_crash.1, after_restart.1))
+        .gap(GapKind::CallNotVisible);
+}

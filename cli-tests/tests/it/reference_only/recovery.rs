@@ -898,3 +898,36 @@ fn an_operators_verb_on_one_card_leaves_every_other_card_as_it_was(
         .context(|| sweeps.join("\n"))
         .gap(GapKind::VerbOverreached);
 }
+
+#[rstest]
+fn resume_lifts_the_pause_and_leaves_every_cards_backoff(
+    #[with(Config::plain().backoff(600.0).cooldown(900.0))] board: Board,
+) {
+    let aux = board.aux();
+    let waiting = board.create("an idea in its backoff", &["--triage"]);
+    aux.reply(&waiting, Reply::http_error(500, "try later"));
+    decompose_all(&board);
+    let refused = board.create("an idea the provider refuses to bill", &["--triage"]);
+    aux.reply(&refused, Reply::http_error(402, "payment required"));
+    decompose_all(&board);
+    let fresh = board.create("an idea written after the refusal", &["--triage"]);
+    let bills_before = aux.billed_for(&waiting);
+
+    let resume = board.cli_unchecked(["kanban", "resume", "--by", OPERATOR]);
+    let sweep = decompose_all(&board);
+
+    judge_exit_code("`kanban resume` of a paused board", &resume, 0);
+    holds(
+        "the sweep after resume bills the fresh card (the pause is lifted)",
+        aux.billed_for(&fresh) == 1,
+    )
+    .context(|| sweep.output.to_string())
+    .gap(GapKind::RecoveryFailed);
+    bound(
+        "bills of the sweep after resume for a card in its 600 s backoff",
+        aux.billed_for(&waiting) - bills_before,
+    )
+    .exactly(0)
+    .context(|| format!("{}\n{}", sweep.output, board.diag(&waiting)))
+    .gap(GapKind::BackoffIgnored);
+}
