@@ -137,6 +137,8 @@ pub async fn sweep(
     mut on_outcome: impl FnMut(&AttemptOutcome) -> anyhow::Result<()>,
 ) -> anyhow::Result<SweepReport> {
     let board = BoardHandle::open(&ctx.db_path).await?;
+    // One connection for the sweep and its attempts (see `AttemptContext::board`).
+    let ctx = &ctx.sharing(&board);
     let recovered = recover(
         &board,
         &HashSet::new(),

@@ -555,13 +555,14 @@ fn refusals_of_requests_in_flight_together_pause_once() {
 fn no_automatic_request_leaves_once_the_board_is_paused(#[case] how: &str) {
     let (_dir, mut store) = scratch();
     let id = triage_card(&mut store, "in flight");
+    // Created before `now`, so that it is due at `now`.
+    let other = triage_card(&mut store, "found it unreachable");
     let now = now_ms();
     match how {
         "paused" => store
             .set_pause(now + 60_000, "provider requires payment")
             .unwrap(),
         _ => {
-            let other = triage_card(&mut store, "found it unreachable");
             unreachable(&mut store, &other, now);
         }
     }

@@ -83,6 +83,9 @@ impl BoardHandle {
             let mut guard = store
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
+            // Every caller of the handle works on the files at the board's path: a swapped
+            // `-wal`/`-shm` reopens the board here, a swapped `kanban.db` refuses the call.
+            guard.refresh()?;
             f(&mut guard)
         })
         .await
