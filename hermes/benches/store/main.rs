@@ -84,7 +84,7 @@ fn run(criterion: &mut Criterion) -> anyhow::Result<()> {
 fn tick(store: &mut Store, now: i64, exclude: &HashSet<String>) -> Result<Vec<String>, StoreError> {
     store.recover_abandoned(now, exclude, MAX_ATTEMPTS)?;
     match auto::pick(store, now, CALLS_PER_HOUR, PER_TICK, exclude, false)? {
-        Picked::Due(due) => Ok(due),
+        Picked::Due { cards, .. } => Ok(cards),
         Picked::Paused { .. } | Picked::Ceiling { .. } => Ok(Vec::new()),
     }
 }

@@ -88,6 +88,9 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
     if let Some(line) = auto::describe_recovered(&swept.recovered) {
         note(&line);
     }
+    for card in &swept.set_aside {
+        note(&auto::describe_set_aside(card));
+    }
     match swept.stop {
         SweepStop::Done => {
             if swept.not_attempted > 0 {

@@ -28,4 +28,8 @@ pub enum BeginRefusal {
         "{calls} paid calls in the last hour reached kanban.decompose_calls_per_hour ({limit})"
     )]
     CeilingReached { calls: u64, limit: u32 },
+    /// The card's text cannot be read as text (another tool wrote it): nothing faithful could be
+    /// sent for it.
+    #[error("{why}; nothing can be sent for it (fix the row, then `hermes kanban unpark` it)")]
+    Unreadable { why: String },
 }

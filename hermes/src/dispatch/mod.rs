@@ -586,7 +586,13 @@ impl Dispatcher {
                 self.await_probe();
                 return;
             }
-            Ok(Picked::Due(due)) => due,
+            Ok(Picked::Due { cards, set_aside }) => {
+                // Each is parked now, so this is its one WARN.
+                for card in &set_aside {
+                    warn!(card = %card.task_id, "{}", auto::describe_set_aside(card));
+                }
+                cards
+            }
         };
         if self.tick_notice.clear() {
             info!("the board is usable again");

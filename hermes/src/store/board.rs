@@ -2,6 +2,7 @@
 //! (say, the decompose apply: children, links, events, promotion) commit or vanish together;
 //! readers take `&Connection`, which a transaction also derefs to.
 
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde_json::{json, Value};
 
@@ -419,6 +420,57 @@ const TASK_SELECT: &str = "SELECT t.id, t.title, t.body, t.assignee, t.status, t
      d.opt_out AS d_opt_out \
      FROM tasks t LEFT JOIN hermes_decompose_state d ON d.task_id = t.id";
 
+/// A text column for display, whatever another tool stored in it: invalid UTF-8 and BLOBs are
+/// shown with U+FFFD for the bytes that are not text, so `list` and `show` print what they
+/// can instead of failing the whole board. Never used for what is sent to the provider (see
+/// [`card_text`]).
+pub(crate) fn shown_text<I: rusqlite::RowIndex>(
+    row: &Row<'_>,
+    column: I,
+) -> rusqlite::Result<Option<String>> {
+    Ok(match row.get_ref(column)? {
+        ValueRef::Null => None,
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+            Some(String::from_utf8_lossy(bytes).into_owned())
+        }
+        ValueRef::Integer(n) => Some(n.to_string()),
+        ValueRef::Real(x) => Some(x.to_string()),
+    })
+}
+
+/// A card's text column as it would be sent to the provider, or why it cannot be: text that
+/// is not valid UTF-8, or a BLOB, could only be sent mangled.
+pub(crate) fn card_text(value: ValueRef<'_>, column: &str) -> Result<Option<String>, String> {
+    match value {
+        ValueRef::Null => Ok(None),
+        ValueRef::Text(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => Ok(Some(text.to_owned())),
+            Err(e) => Err(format!(
+                "its {column} is not valid UTF-8 text (invalid byte at offset {})",
+                e.valid_up_to()
+            )),
+        },
+        ValueRef::Blob(bytes) => Err(format!(
+            "its {column} is stored as a BLOB of {} bytes, not as text",
+            bytes.len()
+        )),
+        ValueRef::Integer(n) => Ok(Some(n.to_string())),
+        ValueRef::Real(x) => Ok(Some(x.to_string())),
+    }
+}
+
+/// Why a card's title and body cannot be sent as they are, if they cannot.
+pub(crate) fn unreadable(title: ValueRef<'_>, body: ValueRef<'_>) -> Option<String> {
+    let title = match card_text(title, "title") {
+        Err(why) => return Some(why),
+        Ok(title) => title,
+    };
+    if title.is_none() {
+        return Some("it has no title (NULL)".to_owned());
+    }
+    card_text(body, "body").err()
+}
+
 /// A task row before its status is checked.
 struct RawTask {
     task: Task,
@@ -426,7 +478,7 @@ struct RawTask {
 }
 
 fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
-    let skills_text: Option<String> = r.get("skills")?;
+    let skills_text = shown_text(r, "skills")?;
     let skills = skills_text
         .and_then(|s| serde_json::from_str::<Vec<Value>>(&s).ok())
         .map(|items| {
@@ -448,32 +500,31 @@ fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
         }),
     };
     Ok(RawTask {
-        status: r.get("status")?,
+        status: shown_text(r, "status")?.unwrap_or_default(),
         task: Task {
-            id: r.get("id")?,
-            title: r.get("title")?,
-            body: r.get("body")?,
-            assignee: r.get("assignee")?,
+            id: shown_text(r, "id")?.unwrap_or_default(),
+            title: shown_text(r, "title")?.unwrap_or_default(),
+            body: shown_text(r, "body")?,
+            assignee: shown_text(r, "assignee")?,
             status: Status::Triage,
             priority: r.get::<_, Option<i64>>("priority")?.unwrap_or(0),
-            tenant: r.get("tenant")?,
-            workspace_kind: r
-                .get::<_, Option<String>>("workspace_kind")?
+            tenant: shown_text(r, "tenant")?,
+            workspace_kind: shown_text(r, "workspace_kind")?
                 .unwrap_or_else(|| "scratch".to_owned()),
-            workspace_path: r.get("workspace_path")?,
-            branch_name: r.get("branch_name")?,
-            project_id: r.get("project_id")?,
-            created_by: r.get("created_by")?,
+            workspace_path: shown_text(r, "workspace_path")?,
+            branch_name: shown_text(r, "branch_name")?,
+            project_id: shown_text(r, "project_id")?,
+            created_by: shown_text(r, "created_by")?,
             created_at: r.get("created_at")?,
             started_at: r.get("started_at")?,
             completed_at: r.get("completed_at")?,
-            result: r.get("result")?,
+            result: shown_text(r, "result")?,
             skills,
             max_retries: r.get("max_retries")?,
-            session_id: r.get("session_id")?,
-            workflow_template_id: r.get("workflow_template_id")?,
-            current_step_key: r.get("current_step_key")?,
-            block_kind: r.get("block_kind")?,
+            session_id: shown_text(r, "session_id")?,
+            workflow_template_id: shown_text(r, "workflow_template_id")?,
+            current_step_key: shown_text(r, "current_step_key")?,
+            block_kind: shown_text(r, "block_kind")?,
             decompose,
         },
     })
@@ -559,12 +610,12 @@ pub(crate) fn events_of(conn: &Connection, id: &str) -> Result<Vec<Event>, Store
         .sql("reading events")?;
     let rows = stmt
         .query_map([id], |r| {
-            let payload: Option<String> = r.get("payload")?;
+            let payload = shown_text(r, "payload")?;
             Ok(Event {
                 id: r.get("id")?,
-                task_id: r.get("task_id")?,
+                task_id: shown_text(r, "task_id")?.unwrap_or_default(),
                 run_id: r.get("run_id")?,
-                kind: r.get("kind")?,
+                kind: shown_text(r, "kind")?.unwrap_or_default(),
                 payload: payload
                     .filter(|p| !p.is_empty())
                     .map(|p| serde_json::from_str(&p).unwrap_or(Value::String(p))),
@@ -587,9 +638,9 @@ pub(crate) fn comments_of(conn: &Connection, id: &str) -> Result<Vec<Comment>, S
         .query_map([id], |r| {
             Ok(Comment {
                 id: r.get("id")?,
-                task_id: r.get("task_id")?,
-                author: r.get("author")?,
-                body: r.get("body")?,
+                task_id: shown_text(r, "task_id")?.unwrap_or_default(),
+                author: shown_text(r, "author")?.unwrap_or_default(),
+                body: shown_text(r, "body")?.unwrap_or_default(),
                 created_at: r.get("created_at")?,
             })
         })
@@ -607,15 +658,15 @@ pub(crate) fn runs_of(conn: &Connection, id: &str) -> Result<Vec<Value>, StoreEr
         .sql("reading runs")?;
     let rows = stmt
         .query_map([id], |r| {
-            let metadata: Option<String> = r.get("metadata")?;
+            let metadata = shown_text(r, "metadata")?;
             Ok(json!({
                 "id": r.get::<_, i64>("id")?,
-                "profile": r.get::<_, Option<String>>("profile")?,
-                "step_key": r.get::<_, Option<String>>("step_key")?,
-                "status": r.get::<_, Option<String>>("status")?,
-                "outcome": r.get::<_, Option<String>>("outcome")?,
-                "summary": r.get::<_, Option<String>>("summary")?,
-                "error": r.get::<_, Option<String>>("error")?,
+                "profile": shown_text(r, "profile")?,
+                "step_key": shown_text(r, "step_key")?,
+                "status": shown_text(r, "status")?,
+                "outcome": shown_text(r, "outcome")?,
+                "summary": shown_text(r, "summary")?,
+                "error": shown_text(r, "error")?,
                 "metadata": metadata.and_then(|m| serde_json::from_str::<Value>(&m).ok()),
                 "worker_pid": r.get::<_, Option<i64>>("worker_pid")?,
                 "started_at": r.get::<_, Option<i64>>("started_at")?,

@@ -580,6 +580,7 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
                     failed: vec![poison.clone()],
                     refunded: vec![],
                     parked: vec![poison.clone()],
+                    ..Recovered::default()
                 }
             );
         }

@@ -6,6 +6,7 @@
 use rusqlite::params;
 use serde::Serialize;
 
+use super::board::shown_text;
 use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
 use super::{SqlResultExt, Store, StoreError};
 use crate::core::{BeginRefusal, Origin};
@@ -203,8 +204,9 @@ impl Store {
                 .query_map([since], |r| {
                     Ok(CardUsage {
                         task_id: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                        title: r.get(1)?,
-                        status: r.get(2)?,
+                        // Another tool's title may not be text: shown as best it can be.
+                        title: shown_text(r, 1)?,
+                        status: shown_text(r, 2)?,
                         calls: count(r.get(3)?),
                         ok: count(r.get(4)?),
                         failed: count(r.get(5)?),

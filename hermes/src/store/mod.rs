@@ -17,6 +17,7 @@ mod handle;
 mod ledger;
 mod pyjson;
 mod recovery;
+mod redate;
 pub(crate) mod schema;
 #[cfg(test)]
 mod tests;
@@ -36,7 +37,7 @@ pub use crate::core::{BeginRefusal, Origin};
 pub use claims::{Claim, Recovered};
 pub use decompose::{
     ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, FailureRecord, NothingSentRecord,
-    PauseRecord, UnreachableRecord, HUMAN_BLOCK_KINDS,
+    PauseRecord, SetAside, UnreachableRecord, HUMAN_BLOCK_KINDS,
 };
 pub use files::{BoardFiles, BoardPart, FileChange, FileId};
 pub use guards::{AutoGate, Pause, HOUR_MS};
@@ -48,6 +49,7 @@ pub use recovery::{
     AutoDecomposeSwitch, CallFilter, ClearedPause, LedgerCall, ResumeRecord, UnparkRefusal,
     Unparked,
 };
+pub use redate::{Redated, CLOCK_SKEW};
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
