@@ -20,6 +20,7 @@ mod hang;
 mod holds;
 mod kill_switch;
 mod limits;
+mod one_file;
 mod provider_wide;
 mod reference_only;
 mod refusals;

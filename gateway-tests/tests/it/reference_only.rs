@@ -6,9 +6,11 @@
 //! | submodule | concern |
 //! |---|---|
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
+//! | `one_file` | the ledger and budgets a copy of `kanban.db` alone keeps; swapped WAL files warned about |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
 
 mod misconfiguration;
+mod one_file;
 mod recovery;
 
 use std::time::{Duration, Instant};

@@ -80,6 +80,17 @@ pub enum GatewayError {
     Board(#[from] BoardError),
     #[error("cannot install the {0} handler: {1}")]
     Signal(&'static str, std::io::Error),
+    #[error(
+        "kanban.db at {} has {links} hard links: SQLite keeps the write-ahead log beside each \
+         path, so a process that reaches the board through another link neither sees this \
+         gateway's writes nor is seen by it (records lost, cards billed again); refusing to \
+         start. Keep one link to the file (symlinks to it are fine)",
+        path.display()
+    )]
+    HardLinked {
+        path: std::path::PathBuf,
+        links: u64,
+    },
 }
 
 /// Runs the gateway in the foreground until SIGTERM or SIGINT.
@@ -99,6 +110,15 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     );
 
     let dispatching = config.kanban.dispatch_in_gateway;
+    if let Ok(meta) = std::fs::metadata(&db_path) {
+        use std::os::unix::fs::MetadataExt;
+        if meta.nlink() > 1 {
+            return Err(GatewayError::HardLinked {
+                path: db_path,
+                links: meta.nlink(),
+            });
+        }
+    }
     let lock = if dispatching {
         Some(SingletonLock::acquire(home.lock_dir(), &db_path)?)
     } else {
