@@ -75,6 +75,7 @@ mod reference_only;
 mod retries;
 mod seed;
 mod sweep;
+mod unreadable;
 mod zero_cost;
 
 /// The original suite's fan-out bound: generous over the prompt's advisory 2–6 children.

@@ -11,6 +11,7 @@
 //! | `config_extremes` | absurd numbers for the bound keys |
 //! | `misconfiguration` | one warning per misspelt key on each verb, none for upstream's keys |
 //! | `recovery` | `unpark`, `resume`, `usage --calls`, `auto-decompose ID on\|off`: effect, exit codes, `--json` |
+//! | `unreadable` | cards whose text is not text: set aside unpaid, refused by hand, shown with U+FFFD |
 
 mod body_cap;
 mod budget;
@@ -18,6 +19,7 @@ mod config_extremes;
 mod misconfiguration;
 mod records;
 mod recovery;
+mod unreadable;
 
 use std::time::{Duration, Instant};
 

@@ -68,11 +68,13 @@ pub fn run_and_stop(board: &Board) -> StoppedRun {
         board.target().first_bill_timeout(),
         "the fresh card decomposed",
     );
+    // Whatever its exit code, a gateway that handled SIGTERM stopped by itself; one that had
+    // to be killed did not get to close its board.
     let stop = gateway.stop();
-    if !stop.clean() {
+    if stop.escalated {
         window.interrupt(
             Interruption::new(format!(
-                "the gateway did not stop cleanly on SIGTERM: {stop:?}"
+                "the gateway ignored SIGTERM and was killed: {stop:?}"
             ))
             .implying(GapKind::SlowShutdown),
         );

@@ -7,11 +7,13 @@
 //! |---|---|
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
 //! | `one_file` | the ledger and budgets a copy of `kanban.db` alone keeps; swapped WAL files warned about |
+//! | `unreadable` | cards another tool wrote with text that is not text: set aside unpaid, one WARN each |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
 
 mod misconfiguration;
 mod one_file;
 mod recovery;
+mod unreadable;
 
 use std::time::{Duration, Instant};
 
