@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `body_cap` | a reply body of exactly 1 MiB and one byte more |
 //! | `budget` | the attempt budget and the hourly ceiling at their boundaries (0 included) |
+//! | `clock` | rows dated a day ahead by a clock set back: `resume` re-dates them and says so |
 //! | `records` | ledger rows per try, unreachable requests, rows left in flight |
 //! | `config_extremes` | absurd numbers for the bound keys |
 //! | `misconfiguration` | one warning per misspelt key on each verb, none for upstream's keys |
@@ -15,6 +16,7 @@
 
 mod body_cap;
 mod budget;
+mod clock;
 mod config_extremes;
 mod misconfiguration;
 mod records;

@@ -5,11 +5,13 @@
 //!
 //! | submodule | concern |
 //! |---|---|
+//! | `clock` | a wall clock jumped forward under the gateway (libfaketime); rows dated ahead by a clock set back |
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
 //! | `one_file` | the ledger and budgets a copy of `kanban.db` alone keeps; swapped WAL files warned about |
 //! | `unreadable` | cards another tool wrote with text that is not text: set aside unpaid, one WARN each |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
 
+mod clock;
 mod misconfiguration;
 mod one_file;
 mod recovery;
