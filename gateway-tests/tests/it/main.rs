@@ -13,6 +13,7 @@
 mod budget;
 mod claims;
 mod config_extremes;
+mod config_file;
 mod decomposer;
 mod fairness;
 mod faults;
