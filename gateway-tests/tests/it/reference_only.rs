@@ -8,6 +8,7 @@
 //! | `clock` | a wall clock jumped forward under the gateway (libfaketime); rows dated ahead by a clock set back |
 //! | `config_file` | config.yaml a FIFO, /dev/zero or 30 MB: one WARN saying what it is |
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
+//! | `notices` | a board that cannot be written: one WARN per condition, words that say what happened |
 //! | `one_file` | the ledger and budgets a copy of `kanban.db` alone keeps; swapped WAL files warned about |
 //! | `unreadable` | cards another tool wrote with text that is not text: set aside unpaid, one WARN each |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
@@ -15,6 +16,7 @@
 mod clock;
 mod config_file;
 mod misconfiguration;
+mod notices;
 mod one_file;
 mod recovery;
 mod unreadable;

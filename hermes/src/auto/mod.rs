@@ -80,8 +80,9 @@ pub fn describe_recovered(recovered: &Recovered) -> Option<String> {
     }
     if recovered.closed_rows > 0 {
         parts.push(format!(
-            "closed {} ledger row(s) left in flight by a process that ended before recording \
-             them, as `unknown` (maybe billed; counted toward the hourly ceiling)",
+            "closed {} ledger row(s) left in flight by a process that ended (or could not write \
+             the board) before recording them, as `unknown` (maybe billed; counted toward the \
+             hourly ceiling)",
             recovered.closed_rows
         ));
     }

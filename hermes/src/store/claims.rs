@@ -199,8 +199,17 @@ pub(crate) fn abandon(
     max_attempts: u32,
     recovered: &mut Recovered,
 ) -> Result<(), StoreError> {
+    // An attempt of this very process whose end could not be recorded (its board could not be
+    // written) is not one whose process ended: the words say which.
+    let ours = claim.owner == process::token();
+    let what_happened = if ours {
+        "could not write the board"
+    } else {
+        "ended"
+    };
     let detail = format!(
-        "the attempt's process ({}) ended before recording how this request went; it may have been billed",
+        "the attempt's process ({}) {what_happened} before recording how this request went; it \
+         may have been billed",
         claim.holder()
     );
     let closed = tx
@@ -247,7 +256,8 @@ pub(crate) fn abandon(
         let (attempts, due, parked_at) = state.unwrap_or((claim.attempt, None, None));
         let park = parked_at.is_none() && attempts >= max_attempts;
         let reason = format!(
-            "abandoned: {} ended before recording how attempt {} went (its request may have been billed)",
+            "abandoned: {} {what_happened} before recording how attempt {} went (its request may \
+             have been billed)",
             claim.holder(),
             claim.attempt
         );
