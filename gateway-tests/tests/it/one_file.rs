@@ -221,10 +221,36 @@ pub fn swap_wal_files_under_a_gateway(board: &Board) -> (Swapped, Gateway) {
         } else {
             replace_with_a_copy(&board_part(board, part));
         }
-        let card = board.create(
-            &format!("created after swap {swap} ({part})"),
-            &["--triage"],
+        // A CLI call right after the WAL went may fail (exit 1, nothing acknowledged) while the
+        // gateway's connection still maps the index of the log that is gone; the board must be
+        // usable again within a few ticks, not stay stuck on I/O errors.
+        let title = format!("created after swap {swap} ({part})");
+        let mut refused = Vec::new();
+        let mut created = None;
+        let usable = try_wait_until(
+            || {
+                let output =
+                    board.cli_unchecked(["kanban", "create", title.as_str(), "--triage", "--json"]);
+                if output.success() {
+                    created = output.json()["id"].as_str().map(str::to_owned);
+                } else {
+                    refused.push(output.stderr.clone());
+                }
+                created.is_some()
+            },
+            SWAP_CARD_TIMEOUT,
+            format!("a card created through the CLI after swap {swap} ({part})"),
         );
+        let Some(card) = created else {
+            window.interrupt(
+                Interruption::new(format!(
+                    "{usable:?}: the board stayed unusable after swap {swap} ({part})"
+                ))
+                .implying(GapKind::DispatcherBlocked)
+                .with_detail(refused.join("\n")),
+            );
+            break;
+        };
         acknowledged.push(card.clone());
         window.left_triage(
             board,
