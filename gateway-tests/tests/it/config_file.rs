@@ -89,6 +89,7 @@ pub struct Outcome {
 /// Runs a gateway on `board`, replaces its config with `what`, proves it keeps ticking, and
 /// stops it.
 pub fn run_with(board: &Board, what: NotAConfig) -> Outcome {
+    let target = board.target();
     let mut window = Window::start();
     let gateway = start_gateway(board);
     window.prove_ticks(board, &gateway, 1);
@@ -96,8 +97,44 @@ pub fn run_with(board: &Board, what: NotAConfig) -> Outcome {
     let before = cpu_and_rss(gateway.pid());
     let started = Instant::now();
     let mut most_rss = 0;
-    for _ in 0..PROBE_TICKS {
-        window.prove_ticks(board, &gateway, 1);
+    for probe in 0..PROBE_TICKS {
+        if !window.ok() {
+            break;
+        }
+        // Created without a harness panic: a target whose own CLI cannot run with this config
+        // (it reads config.yaml too) fails the verdicts instead.
+        let created = board.cli_within(
+            [
+                "kanban",
+                "create",
+                &format!("tick probe {probe}"),
+                "--triage",
+                "--json",
+            ],
+            target.cli_timeout(&["kanban", "create"]),
+        );
+        let Some(id) = created
+            .success()
+            .then(|| created.json()["id"].as_str().map(str::to_owned))
+            .flatten()
+        else {
+            window.interrupt(
+                Interruption::new(format!(
+                    "`kanban create` failed with config.yaml replaced by {what:?} ({})",
+                    created.code_text()
+                ))
+                .implying(GapKind::DispatcherBlocked)
+                .with_detail(created.to_string()),
+            );
+            break;
+        };
+        window.left_triage(
+            board,
+            &gateway,
+            std::slice::from_ref(&id),
+            target.probe_timeout(),
+            &format!("tick probe {probe} decomposed"),
+        );
         if let Some((_, rss)) = cpu_and_rss(gateway.pid()) {
             most_rss = most_rss.max(rss);
         }
