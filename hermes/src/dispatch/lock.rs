@@ -519,6 +519,31 @@ mod tests {
     }
 
     #[test]
+    fn the_board_lock_is_the_file_whatever_path_reaches_it_and_follows_a_replaced_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("kanban.db");
+        std::fs::write(&db, b"").unwrap();
+        let link = dir.path().join("elsewhere.db");
+        std::os::unix::fs::symlink(&db, &link).unwrap();
+        let mut first = BoardLock::new(&db);
+        assert_eq!(first.poll(), UpstreamLockState::Held);
+        let mut second = BoardLock::new(&link);
+        match second.poll() {
+            UpstreamLockState::BoardBusy { holder, .. } => {
+                assert_eq!(holder, Some(std::process::id()))
+            }
+            other => panic!("expected BoardBusy, got {other:?}"),
+        }
+        // Replaced: the first follows the new file (and the second may not have it either).
+        std::fs::write(dir.path().join("new.db"), b"").unwrap();
+        std::fs::rename(dir.path().join("new.db"), &db).unwrap();
+        assert_eq!(first.poll(), UpstreamLockState::Held);
+        assert!(matches!(second.poll(), UpstreamLockState::BoardBusy { .. }));
+        drop(first);
+        assert_eq!(second.poll(), UpstreamLockState::Held);
+    }
+
+    #[test]
     fn different_boards_do_not_share_a_lock() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("a.db"), dir.path().join("b.db"));
