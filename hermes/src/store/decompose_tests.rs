@@ -1736,7 +1736,7 @@ fn a_card_whose_text_is_not_text_is_set_aside_once_and_never_takes_a_slot() {
     let now = now_ms() + 10;
     let none = HashSet::new();
     let (due, set_aside) = store.pick_due(now, 1, &none).unwrap();
-    assert_eq!(due, [fresh.clone()], "the one slot goes to the fresh card");
+    assert_eq!(due, [fresh], "the one slot goes to the fresh card");
     let aside: Vec<&str> = set_aside.iter().map(|c| c.task_id.as_str()).collect();
     assert_eq!(aside, [latin1.as_str(), blob.as_str()]);
     assert!(
