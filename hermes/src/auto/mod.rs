@@ -162,7 +162,7 @@ pub async fn sweep(
     ctx: &AttemptContext,
     mut on_outcome: impl FnMut(&AttemptOutcome) -> anyhow::Result<()>,
 ) -> anyhow::Result<SweepReport> {
-    let board = BoardHandle::open(&ctx.db_path).await?;
+    let board = BoardHandle::open_long_lived(&ctx.db_path).await?;
     // One connection for the sweep and its attempts (see `AttemptContext::board`).
     let ctx = &ctx.sharing(&board);
     let recovered = recover(

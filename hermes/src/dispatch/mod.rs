@@ -149,7 +149,7 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
         return Ok(());
     }
 
-    let board = BoardHandle::open(&db_path).await?;
+    let board = BoardHandle::open_long_lived(&db_path).await?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut dispatcher = Dispatcher::new(home, config, config_stamp, board, shutdown_rx);
     // At once, so that an upstream gateway starting a moment later finds them taken.
@@ -380,7 +380,7 @@ impl Dispatcher {
         // it holds them.
         let _ = self.board.call(|_| Ok(())).await;
         let path = self.home.db_path();
-        match BoardHandle::open(&path).await {
+        match BoardHandle::open_long_lived(&path).await {
             Ok(board) => {
                 warn!(
                     board = %path.display(),

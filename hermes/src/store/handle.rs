@@ -61,6 +61,14 @@ impl BoardHandle {
         })
     }
 
+    /// Opens the board for a long-running process (the gateway, a sweep): every commit is also
+    /// copied into `kanban.db` at once (see [`Store::checkpoint_every_commit`]).
+    pub async fn open_long_lived(path: &Path) -> Result<Self, BoardError> {
+        let board = Self::open(path).await?;
+        board.call(|s| s.checkpoint_every_commit()).await?;
+        Ok(board)
+    }
+
     /// Whether the path still names the file this handle opened.
     pub fn file(&self) -> BoardFile {
         match (identity(&self.path), self.opened) {

@@ -429,6 +429,8 @@ pub struct Store {
     detached: Option<FileChange>,
     /// `-wal`/`-shm` changes this store reopened the board for, not yet taken by the caller.
     noticed: Vec<FileChange>,
+    /// See [`Store::checkpoint_every_commit`].
+    checkpoint_every_commit: bool,
 }
 
 impl fmt::Debug for Store {
@@ -504,6 +506,7 @@ impl Store {
             files: BoardFiles::default(),
             detached: None,
             noticed: Vec::new(),
+            checkpoint_every_commit: false,
         };
         if existed {
             store.probe()?;
@@ -547,6 +550,17 @@ impl Store {
             }
         }
         self.reopen()
+    }
+
+    /// Copies every commit into `kanban.db` right after it is synced (a passive checkpoint: it
+    /// never waits), for the stores of long-running processes (the gateway, a sweep). Their WAL
+    /// then holds hardly anything only the WAL knows: a WAL deleted or a WAL index replaced
+    /// under them loses no record they had committed, and a copy of kanban.db made mid-run misses
+    /// at most the last moment's commits. A short CLI call does without: its close folds the WAL
+    /// in, and two more syncs per commit would slow every verb.
+    pub fn checkpoint_every_commit(&mut self) -> Result<(), StoreError> {
+        self.checkpoint_every_commit = true;
+        self.configure()
     }
 
     /// The `-wal`/`-shm` changes this store reopened the board for since the last call.
@@ -677,13 +691,11 @@ impl Store {
         self.conn
             .execute_batch("PRAGMA synchronous=FULL")
             .sql("setting synchronous=FULL")?;
-        // Every commit is copied into kanban.db right after it is synced (a passive checkpoint:
-        // it never waits), so the WAL holds hardly anything only the WAL knows: a WAL deleted or
-        // a WAL index replaced under a long-running gateway loses no record it had committed,
-        // and a copy of kanban.db made mid-run misses at most the last moment's commits.
-        self.conn
-            .execute_batch("PRAGMA wal_autocheckpoint=1")
-            .sql("setting wal_autocheckpoint")?;
+        if self.checkpoint_every_commit {
+            self.conn
+                .execute_batch("PRAGMA wal_autocheckpoint=1")
+                .sql("setting wal_autocheckpoint")?;
+        }
         Ok(())
     }
 
