@@ -68,6 +68,7 @@ mod decomposer;
 mod hostile_replies;
 mod json_shape;
 mod misconfiguration;
+mod one_file;
 mod outage;
 mod pauses;
 mod races;

@@ -8,6 +8,7 @@
 //! | `body_cap` | a reply body of exactly 1 MiB and one byte more |
 //! | `budget` | the attempt budget and the hourly ceiling at their boundaries (0 included) |
 //! | `clock` | rows dated a day ahead by a clock set back: `resume` re-dates them and says so |
+//! | `one_file` | a copy of kanban.db alone after CLI verbs keeps every ledger row and attempt |
 //! | `records` | ledger rows per try, unreachable requests, rows left in flight |
 //! | `config_extremes` | absurd numbers for the bound keys |
 //! | `misconfiguration` | one warning per misspelt key on each verb, none for upstream's keys |
@@ -19,6 +20,7 @@ mod budget;
 mod clock;
 mod config_extremes;
 mod misconfiguration;
+mod one_file;
 mod records;
 mod recovery;
 mod unreadable;

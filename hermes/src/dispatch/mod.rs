@@ -110,7 +110,8 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     );
 
     let dispatching = config.kanban.dispatch_in_gateway;
-    if let Ok(meta) = std::fs::metadata(&db_path) {
+    // Only a dispatcher is refused: a gateway that dispatches nothing writes nothing.
+    if let Some(meta) = std::fs::metadata(&db_path).ok().filter(|_| dispatching) {
         use std::os::unix::fs::MetadataExt;
         if meta.nlink() > 1 {
             return Err(GatewayError::HardLinked {
