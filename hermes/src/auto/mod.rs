@@ -54,18 +54,31 @@ pub fn pick(
     }
 }
 
-/// Closes attempts whose process is gone (and claims of this process on cards not in
-/// `ours_running`): their ledger rows left `in_flight` become `unknown` (maybe billed; they
+/// Re-dates rows dated in the future when `redate` says so (see `store::redate`), then closes
+/// attempts whose process is gone (and claims of this process on cards not in `ours_running`): their ledger rows left `in_flight` become `unknown` (maybe billed; they
 /// still count toward the hourly ceiling), and each card gets the failure (or, when nothing was
 /// sent, its attempt back). Run at every gateway start and tick, and when a sweep starts.
 pub async fn recover(
     board: &BoardHandle,
     ours_running: &HashSet<String>,
     max_attempts: u32,
+    redate: bool,
 ) -> Result<Recovered, BoardError> {
     let ours = ours_running.clone();
     board
-        .call(move |s| s.recover_abandoned(now_ms(), &ours, max_attempts))
+        .call(move |s| {
+            let now = now_ms();
+            // First, so that a claim dated in the future expires when its own span says.
+            let redated = if redate {
+                s.redate_future(now)?
+            } else {
+                Redated::default()
+            };
+            Ok(Recovered {
+                redated,
+                ..s.recover_abandoned(now, &ours, max_attempts)?
+            })
+        })
         .await
 }
 
@@ -169,6 +182,7 @@ pub async fn sweep(
         &board,
         &HashSet::new(),
         ctx.config.kanban.decompose_max_attempts,
+        true,
     )
     .await?;
     let calls_per_hour = ctx.config.kanban.decompose_calls_per_hour;

@@ -62,6 +62,10 @@ const CONFIG_READ_TIMEOUT: Duration = Duration::from_millis(300);
 /// How long the gateway's last act, copying the WAL into `kanban.db`, waits for other
 /// processes' transactions: SIGTERM must end the gateway within 5 s, shutdown grace included.
 const EXIT_CHECKPOINT_WAIT: Duration = Duration::from_millis(400);
+/// How often the gateway looks for rows dated in the future (a clock set back is rare; the look
+/// scans cards' schedules, which a tick must not pay for every time).
+const REDATE_EVERY: Duration = Duration::from_secs(60);
+
 const _: () = assert!(
     SHUTDOWN_GRACE.as_millis() + CONFIG_READ_TIMEOUT.as_millis() + EXIT_CHECKPOINT_WAIT.as_millis()
         < 5_000
@@ -263,6 +267,8 @@ struct Dispatcher {
     end_notice: Notice,
     /// `-wal`/`-shm` swapped under the gateway.
     wal_files_notice: Notice,
+    /// When rows dated in the future were last looked for (`None`: not yet).
+    redate_checked: Option<Instant>,
 }
 
 /// What reading `config.yaml` found.
@@ -333,6 +339,7 @@ impl Dispatcher {
             recover_notice: Notice::default(),
             end_notice: Notice::default(),
             wal_files_notice: Notice::default(),
+            redate_checked: None,
         };
         // The start-up warnings were logged with the gateway's first lines.
         let _ = dispatcher.config_warnings.fresh(&dispatcher.config);
@@ -344,7 +351,13 @@ impl Dispatcher {
     async fn recover(&mut self) {
         let ours = self.in_flight_ids.clone();
         let max_attempts = self.config.kanban.decompose_max_attempts;
-        match auto::recover(&self.board, &ours, max_attempts).await {
+        let redate = self
+            .redate_checked
+            .is_none_or(|at| at.elapsed() >= REDATE_EVERY);
+        if redate {
+            self.redate_checked = Some(Instant::now());
+        }
+        match auto::recover(&self.board, &ours, max_attempts, redate).await {
             Ok(recovered) => {
                 if self.recover_notice.clear() {
                     info!("abandoned attempts can be closed again");
@@ -388,9 +401,11 @@ impl Dispatcher {
                     "kanban.db {what} while the gateway ran; reopened it (attempts in flight finish on the old file)"
                 );
                 self.file_notice.clear();
-                // The rest of this tick closes abandoned attempts on the new file, and its first
-                // pick brings every triage card there under the budget.
+                // The rest of this tick closes abandoned attempts on the new file (its rows dated
+                // in the future first), and its first pick brings every triage card there under
+                // the budget.
                 self.board = board;
+                self.redate_checked = None;
             }
             Err(err) => self.file_notice.warn_keyed(
                 &format!("reopen-{}", error_chain(&err)),

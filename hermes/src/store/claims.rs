@@ -58,7 +58,8 @@ pub struct Recovered {
     pub refunded: Vec<String>,
     /// Cards parked because the abandoned attempt was their last.
     pub parked: Vec<String>,
-    /// Rows dated in the future (a clock that ran ahead was corrected), re-dated to now first.
+    /// Rows dated in the future (a clock that ran ahead was corrected), re-dated to now first
+    /// (see `auto::recover`).
     pub redated: super::Redated,
 }
 
@@ -75,8 +76,7 @@ impl Store {
         self.read(|conn| claim_of(conn, task_id))
     }
 
-    /// Re-dates rows dated in the future (see `store::redate`), then closes every attempt whose
-    /// claim no longer holds (its process died, or its expiry passed
+    /// Closes every attempt whose claim no longer holds (its process died, or its expiry passed
     /// while its liveness cannot be known), plus claims of this process on cards not in
     /// `ours_running` (an attempt of ours whose end could not be recorded), plus ledger rows left
     /// `in_flight` with no claim at all (a crash of an older build). A card whose abandoned
@@ -89,19 +89,11 @@ impl Store {
         ours_running: &HashSet<String>,
         max_attempts: u32,
     ) -> Result<Recovered, StoreError> {
-        // First, so that a claim dated in the future expires when its own span says.
-        let redated = self.redate_future(now_ms)?;
         if !self.read(|conn| anything_to_recover(conn, now_ms, ours_running))? {
-            return Ok(Recovered {
-                redated,
-                ..Recovered::default()
-            });
+            return Ok(Recovered::default());
         }
         self.write(|tx| {
-            let mut recovered = Recovered {
-                redated,
-                ..Recovered::default()
-            };
+            let mut recovered = Recovered::default();
             for claim in claims(tx)? {
                 let ours_lost =
                     claim.owner == process::token() && !ours_running.contains(&claim.task_id);
