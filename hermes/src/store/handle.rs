@@ -93,8 +93,7 @@ impl BoardHandle {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             // Every caller of the handle works on the files at the board's path: a swapped
             // `-wal`/`-shm` reopens the board here, a swapped `kanban.db` refuses the call.
-            guard.refresh()?;
-            f(&mut guard)
+            guard.refreshed(f)
         })
         .await
         .map_err(|e| BoardError::Join(e.to_string()))?

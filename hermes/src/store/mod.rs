@@ -431,6 +431,9 @@ pub struct Store {
     noticed: Vec<FileChange>,
     /// See [`Store::checkpoint_every_commit`].
     checkpoint_every_commit: bool,
+    /// Set while a caller that has just [`refresh`](Store::refresh)ed runs its calls (a
+    /// `BoardHandle` call): the files are not looked at again before each of them.
+    refreshed: bool,
 }
 
 impl fmt::Debug for Store {
@@ -507,6 +510,7 @@ impl Store {
             detached: None,
             noticed: Vec::new(),
             checkpoint_every_commit: false,
+            refreshed: false,
         };
         if existed {
             store.probe()?;
@@ -561,6 +565,19 @@ impl Store {
     pub fn checkpoint_every_commit(&mut self) -> Result<(), StoreError> {
         self.checkpoint_every_commit = true;
         self.configure()
+    }
+
+    /// Runs `f` right after a [`refresh`](Self::refresh), without looking at the files again
+    /// before each transaction inside it (three `stat`s each): how a `BoardHandle` call runs.
+    pub fn refreshed<T>(
+        &mut self,
+        f: impl FnOnce(&mut Store) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.refresh()?;
+        self.refreshed = true;
+        let out = f(self);
+        self.refreshed = false;
+        out
     }
 
     /// The `-wal`/`-shm` changes this store reopened the board for since the last call.
@@ -758,7 +775,9 @@ impl Store {
         &mut self,
         f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.refresh()?;
+        if !self.refreshed {
+            self.refresh()?;
+        }
         let path = &self.path;
         let tx = self
             .conn
@@ -778,8 +797,10 @@ impl Store {
         if let Some(change) = self.detached {
             return Err(self.changed(change));
         }
-        if let Some(&change) = self.files.changes(&BoardFiles::at(&self.path)).first() {
-            return Err(self.changed(change));
+        if !self.refreshed {
+            if let Some(&change) = self.files.changes(&BoardFiles::at(&self.path)).first() {
+                return Err(self.changed(change));
+            }
         }
         f(&self.conn).map_err(|e| locate(&self.path, e))
     }
