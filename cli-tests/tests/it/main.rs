@@ -71,6 +71,7 @@ mod decomposer;
 mod hostile_replies;
 mod json_shape;
 mod misconfiguration;
+mod one_file;
 mod outage;
 mod pauses;
 mod prompt;
@@ -81,6 +82,7 @@ mod seed;
 mod stalls;
 mod sweep;
 mod terminal_text;
+mod unreadable;
 mod zero_cost;
 
 /// The original suite's fan-out bound: generous over the prompt's advisory 2–6 children.

@@ -7,19 +7,25 @@
 //! |---|---|
 //! | `body_cap` | a reply body of exactly 1 MiB and one byte more |
 //! | `budget` | the attempt budget and the hourly ceiling at their boundaries (0 included) |
+//! | `clock` | rows dated a day ahead by a clock set back: `resume` re-dates them and says so |
+//! | `one_file` | a copy of kanban.db alone after CLI verbs keeps every ledger row and attempt |
 //! | `records` | ledger rows per try, unreachable requests, rows left in flight |
 //! | `config_extremes` | absurd numbers for the bound keys |
 //! | `hostile_input` | terminal controls, 2^64 − 1 tokens, odd rows, `unpark` in flight, `Retry-After` forms, a bad `.env`, a 900 KB error, off/on in a backoff, guards on `decompose ID` |
 //! | `misconfiguration` | one warning per misspelt key on each verb, none for upstream's keys |
 //! | `recovery` | `unpark`, `resume`, `usage --calls`, `auto-decompose ID on\|off`: effect, exit codes, `--json` |
+//! | `unreadable` | cards whose text is not text: set aside unpaid, refused by hand, shown with U+FFFD |
 
 mod body_cap;
 mod budget;
+mod clock;
 mod config_extremes;
 mod hostile_input;
 mod misconfiguration;
+mod one_file;
 mod records;
 mod recovery;
+mod unreadable;
 
 use std::time::{Duration, Instant};
 

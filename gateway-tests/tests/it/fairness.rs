@@ -61,3 +61,69 @@ fn fresh_card_is_decomposed_although_failing_cards_came_first(
         .context(|| board.diag(&fresh))
         .gap(GapKind::RebilledAfterDecompose);
 }
+
+/// The cards another tool wrote with text that is not text: one per way it can go wrong, as
+/// many as the per-tick slots.
+pub fn arrange_cards_not_text(board: &Board) -> Vec<String> {
+    [("title", NotText::InvalidUtf8), ("body", NotText::Blob)]
+        .into_iter()
+        .map(|(column, what)| {
+            let card = board.create(
+                &format!("written by another tool ({column}: {})", what.describe()),
+                &["--triage", "--body", "to be replaced"],
+            );
+            let changed = board.rows().arrange_not_text(&card, column, what);
+            assert_eq!(changed, 1, "{card}: no such card");
+            card
+        })
+        .collect()
+}
+
+#[rstest]
+fn cards_whose_text_is_not_text_never_take_a_fresh_cards_slot(
+    #[with(Config::gateway().per_tick(SLOTS_PER_TICK))] board: Board,
+) {
+    let aux = board.aux();
+    let unreadable = arrange_cards_not_text(&board);
+    let fresh = board.create("a fresh idea", &["--triage"]);
+
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window
+        .left_triage(
+            &board,
+            &gateway,
+            std::slice::from_ref(&fresh),
+            blocked_probe_timeout(board.target()),
+            "the fresh card decomposed",
+        )
+        .prove_ticks_within(
+            &board,
+            &gateway,
+            FAIRNESS_TICKS,
+            blocked_probe_timeout(board.target()),
+        );
+    let bills: Vec<usize> = unreadable.iter().map(|card| aux.billed_for(card)).collect();
+    drop(gateway);
+
+    holds(
+        "a fresh card is decomposed although cards whose text is not text came first",
+        board.rows().status(&fresh) != "triage",
+    )
+    .over(&window)
+    .note(|| {
+        format!(
+            "bills for those cards: {bills:?}; {}",
+            board.setting(Setting::PerTick)
+        )
+    })
+    .context(|| board.diag(&fresh))
+    .gap(GapKind::UnreadableCardBlocks);
+    bound(
+        "most bills for one card whose text is not text",
+        bills.iter().copied().max().unwrap_or(0),
+    )
+    .at_most(crate::MAX_FAILED_ATTEMPTS)
+    .over(&window)
+    .gap(GapKind::RebilledEveryTick);
+}

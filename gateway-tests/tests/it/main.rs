@@ -13,6 +13,7 @@
 mod budget;
 mod claims;
 mod config_extremes;
+mod config_file;
 mod decomposer;
 mod fairness;
 mod faults;
@@ -20,6 +21,7 @@ mod hang;
 mod holds;
 mod kill_switch;
 mod limits;
+mod one_file;
 mod provider_wide;
 mod reference_only;
 mod refusals;

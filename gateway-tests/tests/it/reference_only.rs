@@ -6,14 +6,24 @@
 //! | submodule | concern |
 //! |---|---|
 //! | `claims` | a holder frozen past its claim, taken over, applies nothing when it wakes |
+//! | `clock` | a wall clock jumped forward under the gateway (libfaketime); rows dated ahead by a clock set back |
+//! | `config_file` | config.yaml a FIFO, /dev/zero or 30 MB: one WARN saying what it is |
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
+//! | `notices` | a board that cannot be written: one WARN per condition, words that say what happened |
+//! | `one_file` | the ledger and budgets a copy of `kanban.db` alone keeps; swapped WAL files warned about |
+//! | `unreadable` | cards another tool wrote with text that is not text: set aside unpaid, one WARN each |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
 //! | `secrets` | no output of a whole run, nor the board, shows the key or a URL's password |
 
 mod claims;
+mod clock;
+mod config_file;
 mod misconfiguration;
+mod notices;
+mod one_file;
 mod recovery;
 mod secrets;
+mod unreadable;
 
 use std::time::{Duration, Instant};
 

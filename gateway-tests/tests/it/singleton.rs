@@ -1,12 +1,15 @@
 //! Only one gateway dispatches a board: a second one on the same board is refused at once and
-//! bills nothing, so no card is paid for twice.
+//! bills nothing, so no card is paid for twice. "The same board" is the file, not a path: a
+//! second home whose `kanban.db` is a symlink or a hardlink to the first one's, or a second
+//! gateway started after the lock files were deleted, never dispatches beside the first.
 
 use std::time::Duration;
 
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{start_gateway, STOP_GRACE};
+use crate::support::{span_of_ticks, start_gateway, STOP_GRACE};
+use crate::PROBE_TICKS;
 
 /// Cards created while the second gateway starts.
 const CONTESTED_CARDS: usize = 3;
@@ -80,4 +83,244 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     .over(&window)
     .note(|| format!("bills per contested card: {bills:?}"))
     .gap(GapKind::SecondDispatcher);
+}
+
+/// How a second home reaches the first board's `kanban.db`.
+#[derive(Debug, Clone, Copy)]
+enum Link {
+    Symlink,
+    Hardlink,
+}
+
+/// A second home whose `kanban.db` is `link` to `board`'s, with `board`'s config (the same fake
+/// provider), its own lock directory and upstream lock files of its own: only the board file is
+/// shared.
+fn linked_home(board: &Board, link: Link) -> fixtures::home::Home {
+    let home = fixtures::home::Home::new();
+    let config = match std::fs::read_to_string(board.config_path()) {
+        Ok(config) => config,
+        Err(error) => panic!("cannot read {}: {error}", board.config_path().display()),
+    };
+    home.write_config(&config);
+    let (original, linked) = (board.rows().path(), home.db_path());
+    let made = match link {
+        Link::Symlink => std::os::unix::fs::symlink(original, &linked),
+        Link::Hardlink => std::fs::hard_link(original, &linked),
+    };
+    if let Err(error) = made {
+        panic!(
+            "cannot {link:?} {} to {}: {error}",
+            linked.display(),
+            original.display()
+        );
+    }
+    home
+}
+
+/// The spec of a gateway in `home` (not waiting for readiness: a target may rightly refuse to
+/// dispatch a board another gateway dispatches), logging to `name`.log in its root.
+fn gateway_in(board: &Board, home: &fixtures::home::Home, name: &str) -> GatewaySpec {
+    let target = board.target();
+    GatewaySpec::new(
+        target.program(),
+        target.argv(["gateway", "run"]),
+        home.root(),
+        &home.root().join(format!("{name}.log")),
+    )
+    .env(fixtures::env::for_target(home, target))
+    .readiness(Readiness::Immediate, Duration::ZERO)
+    .stop_grace(STOP_GRACE)
+}
+
+/// Cards attempted per tick in the contests: the most calls a late refusal may find in flight
+/// when one gateway dispatches.
+const CONTEST_PER_TICK: u32 = 3;
+
+/// Cards waiting when the provider starts refusing.
+const CONTEST_CARDS: usize = 6;
+
+/// A refusal that lands after the reference's 2 s probe window: each dispatcher has fanned out
+/// to its per-tick slots by then, so two dispatchers pay for twice as many calls.
+const LATE_REFUSAL: Duration = Duration::from_millis(2_500);
+
+/// The board-wide pause after the refusal, where a target has one: it ends before the test
+/// does, so the card created afterwards shows who dispatches.
+const CONTEST_COOLDOWN: f64 = 8.0;
+
+/// The config of the contests.
+fn contest_config() -> Config {
+    Config::gateway()
+        .per_tick(CONTEST_PER_TICK)
+        .cooldown(CONTEST_COOLDOWN)
+        .backoff(0.0)
+}
+
+/// What a second gateway did while the first dispatched.
+struct Contest {
+    bills: usize,
+    window: Window,
+    second_running: bool,
+    second_exit: Option<fixtures::gateway::Exit>,
+    second_log: String,
+    /// Whether a card created after the first gateway stopped was decomposed by the second one
+    /// (`None`: the second one was not running to take over).
+    took_over: Option<bool>,
+}
+
+/// Starts `second` beside the running `first`, then lets a provider-wide refusal land late on
+/// waiting cards: one dispatcher pays for at most its calls in flight, two pay for theirs each.
+/// Then stops the first and, if the second still runs, shows it taking the board over.
+fn contest(board: &Board, first: Gateway, mut window: Window, second: GatewaySpec) -> Contest {
+    let target = board.target();
+    let aux = board.aux();
+    let second = Gateway::spawn(second);
+    // Both are up (or the second has refused) before anything can be billed.
+    let _ = try_wait_until(
+        || !second.running() || second.log().contains("gateway started"),
+        target.readiness_timeout(),
+        "the second gateway to start",
+    );
+    let before = aux.bills();
+    aux.reply_default(Reply::http_error(402, "insufficient quota").delayed(LATE_REFUSAL));
+    for i in 0..CONTEST_CARDS {
+        board.create(&format!("waiting card {i}"), &["--triage"]);
+    }
+    window
+        .bills(
+            board,
+            &first,
+            before + 1,
+            || aux.bills(),
+            "any waiting card",
+        )
+        .watch(
+            &first,
+            LATE_REFUSAL * 2 + span_of_ticks(target, PROBE_TICKS),
+        );
+    let bills = aux.bills() - before;
+    drop(first);
+    aux.reply_default(Reply::default_single());
+    let second_running = second.running();
+    let took_over = second_running.then(|| {
+        let later = board.create("an idea for whoever dispatches now", &["--triage"]);
+        try_wait_until(
+            || board.rows().status(&later) != "triage",
+            Duration::from_secs_f64(CONTEST_COOLDOWN) + target.first_bill_timeout(),
+            "the second gateway to decompose a card once the first stopped",
+        )
+        .is_ok()
+    });
+    let second_exit = second.exit();
+    let second_log = second.log();
+    drop(second);
+    Contest {
+        bills,
+        window,
+        second_running,
+        second_exit,
+        second_log,
+        took_over,
+    }
+}
+
+fn judge_contest(board: &Board, contest: &Contest, how: &str) {
+    bound(
+        format!("bills for a late refusal with a second gateway {how}"),
+        contest.bills,
+    )
+    .at_most(CONTEST_PER_TICK as usize)
+    .over(&contest.window)
+    .note(|| {
+        format!(
+            "every reply a 402 after {:.1}s; billed in order (the first ones before the \
+             refusals): {:?}; {}; the second gateway {}",
+            LATE_REFUSAL.as_secs_f64(),
+            board.aux().billed_ids(),
+            board.setting(Setting::PerTick),
+            if contest.second_running {
+                "kept running".to_owned()
+            } else {
+                format!("ended ({:?})", contest.second_exit)
+            }
+        )
+    })
+    .context(|| format!("second gateway's log:\n{}", contest.second_log))
+    .gap(GapKind::SecondDispatcher);
+    // Refusing is fine only with an error exit; waiting is fine only if it was truly waiting
+    // for this board (it takes over once the first stops).
+    let refused_with_an_error = matches!(
+        contest.second_exit,
+        Some(fixtures::gateway::Exit { code: Some(code), .. }) if code != 0
+    );
+    holds(
+        format!(
+            "a second gateway {how} refuses with an error exit, or waits and takes the board \
+             over once the first stops"
+        ),
+        contest.took_over.unwrap_or(refused_with_an_error),
+    )
+    .over(&contest.window)
+    .note(|| {
+        format!(
+            "exit: {:?}; took over: {:?}",
+            contest.second_exit, contest.took_over
+        )
+    })
+    .context(|| format!("second gateway's log:\n{}", contest.second_log))
+    .gap(GapKind::SecondDispatcher);
+}
+
+#[rstest]
+#[case::symlink(Link::Symlink)]
+#[case::hardlink(Link::Hardlink)]
+fn a_second_home_linking_the_same_board_file_never_dispatches_it_beside_the_first(
+    #[case] link: Link,
+    #[with(contest_config())] board: Board,
+) {
+    let mut window = Window::start();
+    let first = start_gateway(&board);
+    window.prove_ticks(&board, &first, 1);
+    let home = linked_home(&board, link);
+    let second = gateway_in(&board, &home, "linked-home-gateway");
+    let contest = contest(&board, first, window, second);
+    judge_contest(
+        &board,
+        &contest,
+        &format!("in a home whose kanban.db is a {link:?}"),
+    );
+}
+
+/// The lock files a gateway may hold for `board`: its lock directory's, and upstream's two.
+fn remove_lock_files(board: &Board) {
+    let hermes_home = board.hermes_home();
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(board.home().lock_dir())
+        .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
+        .unwrap_or_default();
+    files.push(hermes_home.join("kanban").join(".dispatcher.lock"));
+    files.push(hermes_home.join("kanban.db.dispatch.lock"));
+    for file in files {
+        // A lock file a target does not use is already what this wants.
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+#[rstest]
+fn lock_files_deleted_under_a_running_gateway_do_not_let_a_second_one_dispatch(
+    #[with(contest_config())] board: Board,
+) {
+    let mut window = Window::start();
+    let first = start_gateway(&board);
+    window.prove_ticks(&board, &first, 1);
+    remove_lock_files(&board);
+    let mut second = board
+        .gateway_spec()
+        .readiness(Readiness::Immediate, Duration::ZERO)
+        .stop_grace(STOP_GRACE);
+    second.log = board.root().join("second-gateway.log");
+    let contest = contest(&board, first, window, second);
+    judge_contest(
+        &board,
+        &contest,
+        "started after the lock files were deleted",
+    );
 }

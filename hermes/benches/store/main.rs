@@ -82,9 +82,13 @@ fn run(criterion: &mut Criterion) -> anyhow::Result<()> {
 
 /// What one dispatcher tick asks of the board (see `dispatch::Dispatcher::tick`).
 fn tick(store: &mut Store, now: i64, exclude: &HashSet<String>) -> Result<Vec<String>, StoreError> {
-    store.recover_abandoned(now, exclude, MAX_ATTEMPTS)?;
-    match auto::pick(store, now, CALLS_PER_HOUR, PER_TICK, exclude, false)? {
-        Picked::Due(due) => Ok(due),
+    // As the gateway's tick runs them: each through one board call, which looks at the board's
+    // files once.
+    store.refreshed(|s| s.recover_abandoned(now, exclude, MAX_ATTEMPTS))?;
+    let picked =
+        store.refreshed(|s| auto::pick(s, now, CALLS_PER_HOUR, PER_TICK, exclude, false))?;
+    match picked {
+        Picked::Due { cards, .. } => Ok(cards),
         Picked::Paused { .. } | Picked::Ceiling { .. } => Ok(Vec::new()),
     }
 }

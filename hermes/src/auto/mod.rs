@@ -13,7 +13,8 @@ use crate::clock::now_ms;
 use crate::core::{AttemptOutcome, FaultPause, Origin, UnreachablePause};
 use crate::decompose::attempt::{run_attempt, AttemptContext, AttemptError};
 use crate::store::{
-    AutoGate, BoardError, BoardHandle, ListFilter, Recovered, Status, Store, StoreError,
+    AutoGate, BoardError, BoardHandle, ListFilter, Recovered, Redated, SetAside, Status, Store,
+    StoreError, CLOCK_SKEW,
 };
 
 /// What the automatic step may do now.
@@ -23,8 +24,12 @@ pub enum Picked {
     Paused { until_ms: i64, reason: String },
     /// The hourly ceiling is reached (B6): nothing may be attempted.
     Ceiling { calls: u64, limit: u32 },
-    /// The cards to attempt now, oldest due first (possibly none).
-    Due(Vec<String>),
+    /// The cards to attempt now, oldest due first (possibly none), and the due cards set aside
+    /// on the way because their rows cannot be read (parked, never paid for).
+    Due {
+        cards: Vec<String>,
+        set_aside: Vec<SetAside>,
+    },
 }
 
 /// Brings the decompose state up to date (every triage card `full`y, or only the cards added
@@ -41,25 +46,39 @@ pub fn pick(
     match store.auto_gate(now_ms, calls_per_hour)? {
         AutoGate::Open { calls_left } => {
             let limit = slots.min(usize::try_from(calls_left).unwrap_or(usize::MAX));
-            Ok(Picked::Due(store.due_cards(now_ms, limit, exclude)?))
+            let (cards, set_aside) = store.pick_due(now_ms, limit, exclude)?;
+            Ok(Picked::Due { cards, set_aside })
         }
         AutoGate::Paused { until_ms, reason } => Ok(Picked::Paused { until_ms, reason }),
         AutoGate::CeilingReached { calls, limit } => Ok(Picked::Ceiling { calls, limit }),
     }
 }
 
-/// Closes attempts whose process is gone (and claims of this process on cards not in
-/// `ours_running`): their ledger rows left `in_flight` become `unknown` (maybe billed; they
+/// Re-dates rows dated in the future when `redate` says so (see `store::redate`), then closes
+/// attempts whose process is gone (and claims of this process on cards not in `ours_running`): their ledger rows left `in_flight` become `unknown` (maybe billed; they
 /// still count toward the hourly ceiling), and each card gets the failure (or, when nothing was
 /// sent, its attempt back). Run at every gateway start and tick, and when a sweep starts.
 pub async fn recover(
     board: &BoardHandle,
     ours_running: &HashSet<String>,
     max_attempts: u32,
+    redate: bool,
 ) -> Result<Recovered, BoardError> {
     let ours = ours_running.clone();
     board
-        .call(move |s| s.recover_abandoned(now_ms(), &ours, max_attempts))
+        .call(move |s| {
+            let now = now_ms();
+            // First, so that a claim dated in the future expires when its own span says.
+            let redated = if redate {
+                s.redate_future(now)?
+            } else {
+                Redated::default()
+            };
+            Ok(Recovered {
+                redated,
+                ..s.recover_abandoned(now, &ours, max_attempts)?
+            })
+        })
         .await
 }
 
@@ -68,11 +87,17 @@ pub fn describe_recovered(recovered: &Recovered) -> Option<String> {
     if recovered.is_empty() {
         return None;
     }
-    let mut parts = vec![format!(
-        "closed {} ledger row(s) left in flight by an attempt that did not record how they went, \
-         as `unknown` (maybe billed; counted toward the hourly ceiling)",
-        recovered.closed_rows
-    )];
+    let mut parts = Vec::new();
+    if !recovered.redated.is_empty() {
+        parts.push(describe_redated(&recovered.redated));
+    }
+    if recovered.closed_rows > 0 {
+        parts.push(format!(
+            "closed {} ledger row(s) left in flight by an attempt that did not record how they \
+             went, as `unknown` (maybe billed; counted toward the hourly ceiling)",
+            recovered.closed_rows
+        ));
+    }
     if !recovered.expired.is_empty() {
         parts.push(format!(
             "the claim on {} had expired and its holder's process cannot be checked from here \
@@ -100,6 +125,16 @@ pub fn describe_recovered(recovered: &Recovered) -> Option<String> {
         ));
     }
     Some(parts.join("; "))
+}
+
+/// What re-dating rows dated in the future did, in one clause.
+pub fn describe_redated(redated: &Redated) -> String {
+    format!(
+        "re-dated {} dated more than {} s in the future (a clock that ran ahead was set back?) \
+         to now, each wait kept from now",
+        redated.describe(),
+        CLOCK_SKEW.as_secs()
+    )
 }
 
 /// Runs one automatic attempt on a picked card.
@@ -141,6 +176,8 @@ pub struct SweepReport {
     pub not_attempted: usize,
     /// What was found abandoned by dead processes when the sweep started.
     pub recovered: Recovered,
+    /// Due cards set aside (parked without a request) because their rows cannot be read.
+    pub set_aside: Vec<SetAside>,
 }
 
 /// `kanban decompose --all`: attempts every due card, one at a time and re-selected each round
@@ -152,17 +189,25 @@ pub async fn sweep(
     mut on_outcome: impl FnMut(&AttemptOutcome) -> anyhow::Result<()>,
 ) -> anyhow::Result<SweepReport> {
     if !ctx.config.kanban.auto_decompose {
-        return Ok(stopped(SweepStop::SwitchedOff, Recovered::default()));
+        return Ok(stopped(
+            SweepStop::SwitchedOff,
+            Recovered::default(),
+            Vec::new(),
+        ));
     }
-    let board = BoardHandle::open(&ctx.db_path).await?;
+    let board = BoardHandle::open_long_lived(&ctx.db_path).await?;
+    // One connection for the sweep and its attempts (see `AttemptContext::board`).
+    let ctx = &ctx.sharing(&board);
     let recovered = recover(
         &board,
         &HashSet::new(),
         ctx.config.kanban.decompose_max_attempts,
+        true,
     )
     .await?;
     let calls_per_hour = ctx.config.kanban.decompose_calls_per_hour;
     let mut tried: HashSet<String> = HashSet::new();
+    let mut set_aside_all = Vec::new();
     let mut full_sync = true;
     loop {
         let exclude = tried.clone();
@@ -172,15 +217,26 @@ pub async fn sweep(
         full_sync = false;
         let id = match picked {
             Picked::Paused { until_ms, reason } => {
-                return Ok(stopped(SweepStop::Paused { until_ms, reason }, recovered))
+                return Ok(stopped(
+                    SweepStop::Paused { until_ms, reason },
+                    recovered,
+                    set_aside_all,
+                ))
             }
             Picked::Ceiling { calls, limit } => {
-                return Ok(stopped(SweepStop::Ceiling { calls, limit }, recovered))
+                return Ok(stopped(
+                    SweepStop::Ceiling { calls, limit },
+                    recovered,
+                    set_aside_all,
+                ))
             }
-            Picked::Due(due) => match due.into_iter().next() {
-                Some(id) => id,
-                None => break,
-            },
+            Picked::Due { cards, set_aside } => {
+                set_aside_all.extend(set_aside);
+                match cards.into_iter().next() {
+                    Some(id) => id,
+                    None => break,
+                }
+            }
         };
         tried.insert(id.clone());
         let outcome = attempt(ctx, &id, Origin::Sweep, no_shutdown()).await?;
@@ -189,10 +245,18 @@ pub async fn sweep(
         }
         on_outcome(&outcome)?;
         if let Some(fault) = outcome.fault() {
-            return Ok(stopped(SweepStop::Fault(fault.clone()), recovered));
+            return Ok(stopped(
+                SweepStop::Fault(fault.clone()),
+                recovered,
+                set_aside_all,
+            ));
         }
         if let Some(pause) = outcome.unreachable() {
-            return Ok(stopped(SweepStop::Unreachable(pause.clone()), recovered));
+            return Ok(stopped(
+                SweepStop::Unreachable(pause.clone()),
+                recovered,
+                set_aside_all,
+            ));
         }
     }
     let not_attempted = board
@@ -211,15 +275,27 @@ pub async fn sweep(
         stop: SweepStop::Done,
         not_attempted,
         recovered,
+        set_aside: set_aside_all,
     })
 }
 
-fn stopped(stop: SweepStop, recovered: Recovered) -> SweepReport {
+fn stopped(stop: SweepStop, recovered: Recovered, set_aside: Vec<SetAside>) -> SweepReport {
     SweepReport {
         stop,
         not_attempted: 0,
         recovered,
+        set_aside,
     }
+}
+
+/// The one line that says a card was set aside: its row cannot be read, so it is parked and
+/// never paid for.
+pub fn describe_set_aside(card: &SetAside) -> String {
+    format!(
+        "{} set aside without a request: {} (written by another tool?); it is parked: fix the \
+         row, then `hermes kanban unpark {}`",
+        card.task_id, card.why, card.task_id
+    )
 }
 
 /// Never fires: a command-line attempt is not cancelled by a shutdown signal (Ctrl-C kills the

@@ -104,6 +104,9 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
     if let Some(line) = auto::describe_recovered(&swept.recovered) {
         note(&line);
     }
+    for card in &swept.set_aside {
+        note(&auto::describe_set_aside(card));
+    }
     match swept.stop {
         SweepStop::SwitchedOff => Err(anyhow::anyhow!(
             "{}: `decompose --all` sends nothing; `hermes kanban decompose ID` still decomposes \

@@ -22,6 +22,9 @@ Exit status: 0 after a clean stop; 1 the gateway could not start (a bad config.y
 or another gateway already dispatching it); 2 usage error.")]
 pub struct RunArgs {}
 
+/// How long the runtime's last blocking tasks get once the gateway has stopped.
+const RUNTIME_SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Runs until SIGTERM or SIGINT; exit 0 after a clean stop.
 pub fn run(ctx: &Context, _args: &RunArgs) -> Result<Outcome, CliError> {
     // One line per event on stderr (a JSON object with --json); RUST_LOG adjusts what is shown.
@@ -52,7 +55,12 @@ pub fn run(ctx: &Context, _args: &RunArgs) -> Result<Outcome, CliError> {
         .enable_all()
         .build()
         .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(run_gateway(ctx.home.clone()))?;
+    let ran = runtime.block_on(run_gateway(ctx.home.clone()));
+    // Dropping a runtime waits for every blocking task, and one may be stuck for good (a read
+    // of a file on a stalled filesystem): SIGTERM must still end the process. The board was
+    // closed, and its WAL folded in, before `run_gateway` returned.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_WAIT);
+    ran?;
     Ok(Outcome::Success)
 }
 

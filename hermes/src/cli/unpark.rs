@@ -34,6 +34,7 @@ pub struct UnparkArgs {
 /// Unparks the card or says why not.
 pub fn run(ctx: &Context, args: &UnparkArgs) -> Result<Outcome, CliError> {
     let mut store = ctx.open_store()?;
+    super::redate_before_recovery(&mut store)?;
     let by = operator(args.by.as_deref());
     let max_attempts = ctx.config.kanban.decompose_max_attempts;
     let done = store

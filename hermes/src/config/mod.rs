@@ -42,6 +42,27 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The path names something other than a regular file (a FIFO, a device, a directory):
+    /// reading it could block or never end, so it is not read at all.
+    #[error("{}: not a regular file ({what}); hermes reads configuration only from a regular file", path.display())]
+    NotRegular {
+        /// The file that was refused.
+        path: PathBuf,
+        /// What it is instead.
+        what: &'static str,
+    },
+    /// The file is larger than any configuration hermes reads.
+    #[error(
+        "{}: {size} bytes, over the {} KiB a configuration file may have; not read",
+        path.display(),
+        MAX_CONFIG_BYTES / 1024
+    )]
+    TooLarge {
+        /// The file that was refused.
+        path: PathBuf,
+        /// Its size (at least; it may be growing).
+        size: u64,
+    },
     /// The file is not valid YAML.
     #[error("{path}{}: invalid YAML: {detail}", line.map(|l| format!(": line {l}")).unwrap_or_default())]
     Syntax {
@@ -398,14 +419,124 @@ impl Default for KanbanConfig {
     }
 }
 
+/// The most a configuration file (`config.yaml`, `.env`) may hold. Upstream's own config is
+/// about 15 kB; a file past this is a mistake (or an attack), and parsing it on every tick
+/// would cost the gateway its CPU.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// Reads a configuration file whole, without ever blocking on it or reading without end: it is
+/// opened non-blocking (so a FIFO without a writer cannot stall the open), must be a regular
+/// file (a FIFO, `/dev/zero` or a directory is refused before any read) and at most
+/// [`MAX_CONFIG_BYTES`] long, also while it grows. `Ok(None)`: no file at the path.
+pub fn read_config_file(path: &Path) -> Result<Option<String>, ConfigError> {
+    let Some(bytes) = read_config_bytes(path)? else {
+        return Ok(None);
+    };
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|e| ConfigError::Read {
+            path: path.to_owned(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not UTF-8 text ({})", e.utf8_error()),
+            ),
+        })
+}
+
+/// The bytes of a config file (see [`read_config_file`]): only a regular file, at most
+/// [`MAX_CONFIG_BYTES`], opened without blocking; `None` when there is none.
+pub fn read_config_bytes(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
+    let read_error = |source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_error(e)),
+    };
+    let meta = file.metadata().map_err(read_error)?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_block_device() {
+            "a block device"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        return Err(ConfigError::NotRegular {
+            path: path.to_owned(),
+            what,
+        });
+    }
+    let too_large = |size| ConfigError::TooLarge {
+        path: path.to_owned(),
+        size,
+    };
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > MAX_CONFIG_BYTES {
+        return Err(too_large(read));
+    }
+    Ok(Some(bytes))
+}
+
+/// What identifies one version of `config.yaml` without reading it: the file, its size and
+/// its modification and change times. Equal stamps mean the same text (an edit in place or a
+/// replacement changes one of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl ConfigStamp {
+    /// The stamp of the file at `path` now (`None` when there is none, or it cannot be told).
+    pub fn of(path: &Path) -> Option<ConfigStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        Some(ConfigStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+}
+
 impl Config {
-    /// Reads `<home>/config.yaml`; a missing file means all defaults.
+    /// Reads `<home>/config.yaml` (see [`read_config_file`]); a missing file means all
+    /// defaults.
     pub fn load(home: &Home) -> Result<Config, ConfigError> {
         let path = home.config_path();
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Config::parse(&text, &path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-            Err(source) => Err(ConfigError::Read { path, source }),
+        match read_config_file(&path)? {
+            Some(text) => Config::parse(&text, &path),
+            None => Ok(Config::default()),
         }
     }
 
@@ -792,15 +923,16 @@ fn dotenv_value(raw: &str) -> String {
     }
 }
 
-/// Reads `<home>/.env`; a missing file yields no variables, an unreadable one a warning.
+/// Reads `<home>/.env` as `config.yaml` is read (a regular file of bounded size, never
+/// blocking); a missing file yields no variables, an unreadable one a warning.
 pub fn read_dotenv(home: &Home) -> DotEnv {
     let path = home.env_path();
-    match std::fs::read(&path) {
-        Ok(bytes) => parse_dotenv_bytes(&bytes, &path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => DotEnv::default(),
+    match read_config_bytes(&path) {
+        Ok(Some(bytes)) => parse_dotenv_bytes(&bytes, &path),
+        Ok(None) => DotEnv::default(),
         Err(e) => DotEnv {
             vars: BTreeMap::new(),
-            warnings: vec![format!("{}: cannot be read ({e}); ignored", path.display())],
+            warnings: vec![format!("{e}; ignored")],
         },
     }
 }

@@ -515,3 +515,61 @@ fn api_key_prefers_the_process_environment() {
         Some("sk-x")
     );
 }
+
+#[test]
+fn only_a_regular_file_within_the_size_limit_is_read_as_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    assert_eq!(read_config_file(&path).unwrap(), None, "missing: no file");
+    std::fs::write(&path, "kanban:\n  auto_decompose: false\n").unwrap();
+    assert!(read_config_file(&path).unwrap().is_some());
+
+    std::fs::remove_file(&path).unwrap();
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let started = std::time::Instant::now();
+    let fifo = read_config_file(&path).unwrap_err().to_string();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(1),
+        "a FIFO never blocks"
+    );
+    assert!(
+        fifo.ends_with(
+            "not a regular file (a FIFO); hermes reads configuration only from a regular file"
+        ),
+        "{fifo}"
+    );
+
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+    let zero = read_config_file(&path).unwrap_err().to_string();
+    assert!(
+        zero.contains("not a regular file (a character device)"),
+        "{zero}"
+    );
+
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    assert!(read_config_file(&path)
+        .unwrap_err()
+        .to_string()
+        .contains("(a directory)"));
+    std::fs::remove_dir(&path).unwrap();
+
+    // At the limit it is read; one byte more is refused, unread.
+    let at_limit = "#".repeat(MAX_CONFIG_BYTES as usize);
+    std::fs::write(&path, &at_limit).unwrap();
+    assert_eq!(
+        read_config_file(&path).unwrap().map(|t| t.len()),
+        Some(at_limit.len())
+    );
+    std::fs::write(&path, format!("{at_limit}#")).unwrap();
+    let large = read_config_file(&path).unwrap_err().to_string();
+    assert!(
+        large.contains("1048577 bytes, over the 1024 KiB"),
+        "{large}"
+    );
+
+    std::fs::write(&path, b"kanban: caf\xe9\n").unwrap();
+    let latin1 = read_config_file(&path).unwrap_err();
+    assert!(matches!(latin1, ConfigError::Read { .. }), "{latin1:?}");
+}

@@ -31,6 +31,10 @@ pub enum BeginRefusal {
     /// The attempt's own claim expired and another attempt took the card over (B1, B4).
     #[error("this attempt's claim on the card expired and another attempt took the card over")]
     ClaimLost,
+    /// The card's text cannot be read as text (another tool wrote it): nothing faithful could be
+    /// sent for it.
+    #[error("{why}; nothing can be sent for it (fix the row, then `hermes kanban unpark` it)")]
+    Unreadable { why: String },
 }
 
 impl BeginRefusal {

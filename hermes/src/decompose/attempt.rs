@@ -29,8 +29,8 @@ use crate::decompose::prompt::{build_messages, PromptCard};
 use crate::decompose::reply::{parse_reply, GraphLimits, Rejection};
 use crate::output;
 use crate::store::{
-    now_ms, ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, BoardHandle, FailureRecord,
-    LedgerClose, LedgerOpen, NothingSentRecord, NothingSentRecorded, PauseRecord,
+    now_ms, ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, BoardError, BoardHandle,
+    FailureRecord, LedgerClose, LedgerOpen, NothingSentRecord, NothingSentRecorded, PauseRecord,
     UnreachableRecord,
 };
 
@@ -49,6 +49,20 @@ pub struct AttemptContext {
     pub db_path: PathBuf,
     /// What resolving the endpoint had to skip (bad `.env` lines), for the caller to report.
     pub warnings: Arc<Vec<String>>,
+    /// The connection attempts record through, when the caller shares its own: a process keeps
+    /// one connection per board, so that a swapped `-wal`/`-shm` is left behind by all of its
+    /// users at once (see `store::files`). `None`: each attempt opens the board itself.
+    pub board: Option<BoardHandle>,
+}
+
+impl AttemptContext {
+    /// This context, recording through `board`.
+    pub fn sharing(&self, board: &BoardHandle) -> AttemptContext {
+        AttemptContext {
+            board: Some(board.clone()),
+            ..self.clone()
+        }
+    }
 }
 
 impl AttemptContext {
@@ -107,6 +121,7 @@ impl AttemptContext {
             roster: Arc::new(roster),
             db_path,
             warnings: Arc::new(endpoint.warnings),
+            board: None,
         })
     }
 }
@@ -120,8 +135,46 @@ pub enum AttemptSetupError {
     Client(AuxError),
 }
 
-/// Why an attempt could not be run or recorded; the board may be unreachable.
-pub use crate::store::BoardError as AttemptError;
+/// Why an attempt could not be run or recorded: the board could not be used. It says how many
+/// requests had already reached (or may have reached) the provider, since those may be billed
+/// although their end is not on the board.
+#[derive(Debug)]
+pub struct AttemptError {
+    /// Requests that may have reached the provider before the board failed.
+    pub requests_sent: u32,
+    /// What failed.
+    pub board: BoardError,
+}
+
+impl AttemptError {
+    fn after(requests_sent: u32) -> impl FnOnce(BoardError) -> AttemptError {
+        move |board| AttemptError {
+            requests_sent,
+            board,
+        }
+    }
+}
+
+impl From<BoardError> for AttemptError {
+    fn from(board: BoardError) -> Self {
+        AttemptError {
+            requests_sent: 0,
+            board,
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.board.fmt(f)
+    }
+}
+
+impl std::error::Error for AttemptError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.board)
+    }
+}
 
 /// The card's backoff under `cfg`.
 pub fn backoff(cfg: &Config) -> Backoff {
@@ -168,7 +221,10 @@ async fn attempt(
     shutdown: watch::Receiver<bool>,
 ) -> Result<(AttemptOutcome, Vec<BeginRefusal>), AttemptError> {
     let cfg = ctx.config.clone();
-    let store = BoardHandle::open(&ctx.db_path).await?;
+    let store = match &ctx.board {
+        Some(board) => board.clone(),
+        None => BoardHandle::open(&ctx.db_path).await?,
+    };
 
     let budget = budget(&cfg);
     let started = Instant::now();
@@ -235,6 +291,7 @@ async fn paid_part(
         started,
     };
     let sent = tries.send(shutdown).await?;
+    let delivered = sent.delivered;
     if sent.delivered == 0 {
         return nothing_sent(store, cfg, &ticket, sent.end).await;
     }
@@ -249,7 +306,9 @@ async fn paid_part(
         End::NotSent(why) => (format!("retry not sent: {why}"), None),
         End::Answered(Err(rejection)) => (format!("reply rejected: {rejection}"), None),
         End::Answered(Ok(plan)) => {
-            return apply(store, cfg, &ticket, plan, origin, requests).await;
+            return apply(store, cfg, &ticket, plan, origin, requests)
+                .await
+                .map_err(AttemptError::after(delivered));
         }
     };
     // The ledger rows of the requests keep their text (capped); the card keeps a summary.
@@ -287,7 +346,11 @@ async fn paid_part(
         }),
     };
     let id = ticket.task_id.clone();
-    if !store.call(move |s| s.record_failure(&id, &record)).await? {
+    let recorded = store
+        .call(move |s| s.record_failure(&id, &record))
+        .await
+        .map_err(AttemptError::after(delivered))?;
+    if !recorded {
         return Ok(superseded(&ticket, requests));
     }
     Ok(AttemptOutcome::Failed {
@@ -475,7 +538,12 @@ impl Tries<'_> {
                 guards: (!self.forced).then_some(cfg.kanban.decompose_calls_per_hour),
                 fence: Some(self.ticket.lease.clone()),
             };
-            let ledger_id = match self.store.call(move |s| s.ledger_open(&open)).await? {
+            let ledger_id = match self
+                .store
+                .call(move |s| s.ledger_open(&open))
+                .await
+                .map_err(AttemptError::after(sent.delivered))?
+            {
                 Ok(id) => id,
                 Err(refusal) => {
                     sent.end = match std::mem::replace(&mut sent.end, End::Aborted) {
@@ -505,13 +573,14 @@ impl Tries<'_> {
                     (End::Answered(verdict), close)
                 }
             };
-            self.store
-                .call(move |s| s.ledger_close(ledger_id, &close))
-                .await?;
             let undelivered = matches!(&end, End::Failed(err) if err.is_undelivered());
             if !undelivered {
                 sent.delivered += 1;
             }
+            self.store
+                .call(move |s| s.ledger_close(ledger_id, &close))
+                .await
+                .map_err(AttemptError::after(sent.delivered))?;
             let retry = matches!(&end, End::Failed(err) if err.is_transient());
             sent.end = end;
             if !retry {
@@ -569,7 +638,7 @@ async fn apply(
     plan: Plan,
     origin: Origin,
     requests: u32,
-) -> Result<AttemptOutcome, AttemptError> {
+) -> Result<AttemptOutcome, BoardError> {
     let opts = ApplyOptions {
         orchestrator: cfg.kanban.orchestrator_profile.clone(),
         auto_promote: cfg.kanban.auto_promote_children,

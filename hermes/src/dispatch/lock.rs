@@ -4,9 +4,14 @@
 //! An advisory `flock` on a file in `$HERMES_GATEWAY_LOCK_DIR`. The kernel drops it when the
 //! holder dies, however it dies, so a gateway killed with SIGKILL never leaves a stale lock behind.
 //!
-//! Besides it, the gateway holds the two locks upstream hermes-agent's dispatchers use for the
-//! same board ([`UpstreamLocks`]), so that an upstream gateway beside it never dispatches either,
-//! and a second gateway of ours configured with another lock directory waits instead of billing.
+//! That lock is named after the board's path, and a board has many paths (a symlinked or
+//! hardlinked home, another `HERMES_GATEWAY_LOCK_DIR`), and lock files can be deleted under a
+//! running gateway. So before it dispatches, the gateway also holds [`BoardLock`]: a `flock` on
+//! `kanban.db` itself, which every path and link to the board shares and no one can delete
+//! without deleting the board. A second gateway that finds it taken dispatches nothing until it
+//! is released. Besides both, the gateway holds the two locks upstream hermes-agent's
+//! dispatchers use for the same board ([`UpstreamLocks`]), so that an upstream gateway beside it
+//! never dispatches either.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -14,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+
+use crate::store::FileId;
 
 /// Why the lock could not be taken.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +116,13 @@ pub enum UpstreamLockState {
     Held,
     /// Another process holds this lock file: do not dispatch yet.
     Busy(PathBuf),
+    /// Another gateway holds the board itself (`kanban.db`, by device and inode), whatever path
+    /// it reached it by: do not dispatch yet.
+    BoardBusy {
+        board: PathBuf,
+        id: FileId,
+        holder: Option<u32>,
+    },
 }
 
 /// The locks upstream hermes-agent (0.19.0) takes for a board, held here for the gateway's
@@ -210,10 +224,125 @@ impl UpstreamLocks {
     }
 }
 
+/// An exclusive `flock` on `kanban.db` itself: one dispatcher per board, whatever path, symlink,
+/// hardlink or lock directory reaches it (see the module docs).
+///
+/// `flock` and the POSIX record locks SQLite takes on the same file are independent on Linux, so
+/// this lock never gets in SQLite's way. Its descriptor is never closed while the process runs:
+/// closing *any* descriptor of a file drops every POSIX lock the process holds on it, SQLite's
+/// included. When the board file is replaced, the lock follows the file now at the path and the
+/// old descriptor is kept until the process ends.
+#[derive(Debug)]
+pub struct BoardLock {
+    db: PathBuf,
+    held: Option<(FileId, Flock<File>)>,
+    /// A descriptor of the file at the path whose lock another process holds, kept to try again.
+    waiting: Option<(FileId, File)>,
+    /// Descriptors of files that are no longer the board (see above).
+    retired: Vec<File>,
+    /// Locks held on files that are no longer the board.
+    retired_locks: Vec<Flock<File>>,
+    /// The filesystem cannot lock this file at all: nothing to coordinate through.
+    unusable: bool,
+}
+
+impl BoardLock {
+    /// The lock for the board at `db_path`; nothing is taken yet.
+    pub fn new(db_path: &Path) -> BoardLock {
+        BoardLock {
+            db: db_path.to_owned(),
+            held: None,
+            waiting: None,
+            retired: Vec::new(),
+            retired_locks: Vec::new(),
+            unusable: false,
+        }
+    }
+
+    /// Holds the lock on the file now at the board's path, without waiting: `Held` when it is
+    /// held (or cannot be used at all), `BoardBusy` when another process holds it.
+    pub fn poll(&mut self) -> UpstreamLockState {
+        let current = FileId::of(&self.db);
+        if let Some((id, _)) = &self.held {
+            if Some(*id) == current {
+                return UpstreamLockState::Held;
+            }
+            if let Some((_, lock)) = self.held.take() {
+                self.retired_locks.push(lock);
+            }
+            self.unusable = false;
+        }
+        if self.unusable {
+            return UpstreamLockState::Held;
+        }
+        let (id, file) = match self.waiting.take() {
+            Some((id, file)) if Some(id) == current => (id, file),
+            other => {
+                if let Some((_, stale)) = other {
+                    self.retired.push(stale);
+                }
+                // No board at the path (yet): the store creates it, and the next poll locks it.
+                let Ok(file) = File::open(&self.db) else {
+                    return UpstreamLockState::Held;
+                };
+                match file.metadata() {
+                    Ok(meta) => {
+                        use std::os::unix::fs::MetadataExt;
+                        let id = FileId {
+                            dev: meta.dev(),
+                            ino: meta.ino(),
+                        };
+                        (id, file)
+                    }
+                    Err(_) => {
+                        self.retired.push(file);
+                        return UpstreamLockState::Held;
+                    }
+                }
+            }
+        };
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => {
+                self.held = Some((id, lock));
+                UpstreamLockState::Held
+            }
+            Err((file, Errno::EWOULDBLOCK)) => {
+                self.waiting = Some((id, file));
+                UpstreamLockState::BoardBusy {
+                    board: self.db.clone(),
+                    id,
+                    holder: flock_holder(id),
+                }
+            }
+            Err((file, _)) => {
+                self.retired.push(file);
+                self.unusable = true;
+                UpstreamLockState::Held
+            }
+        }
+    }
+}
+
+/// The pid holding a `flock` on the file `id`, as `/proc/locks` lists it.
+fn flock_holder(id: FileId) -> Option<u32> {
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    let (major, minor) = (nix::sys::stat::major(id.dev), nix::sys::stat::minor(id.dev));
+    let file = format!("{major:02x}:{minor:02x}:{}", id.ino);
+    locks.lines().find_map(|line| {
+        // `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let pid = fields.get(4)?;
+        (fields.get(1) == Some(&"FLOCK") && fields.get(5) == Some(&file.as_str()))
+            .then(|| pid.parse().ok())
+            .flatten()
+    })
+}
+
 /// Logs the upstream locks' state once per change, and answers whether the gateway may
 /// dispatch: the gateway calls [`DispatchGate::may_dispatch`] at start and before every tick.
 #[derive(Debug)]
 pub struct DispatchGate {
+    board: BoardLock,
     locks: UpstreamLocks,
     last: Option<UpstreamLockState>,
 }
@@ -222,6 +351,7 @@ impl DispatchGate {
     /// The gate for the board at `db_path`; takes nothing until the first call.
     pub fn new(db_path: &Path) -> DispatchGate {
         DispatchGate {
+            board: BoardLock::new(db_path),
             locks: UpstreamLocks::new(db_path),
             last: None,
         }
@@ -230,13 +360,25 @@ impl DispatchGate {
     /// Tries to take the locks not held yet; `true` when all are held. One WARN naming the
     /// file when a lock is found taken, one INFO when they are all held.
     pub fn may_dispatch(&mut self) -> bool {
-        let state = self.locks.poll();
+        // The board first: a gateway of ours that waits for another never holds upstream's
+        // locks, which would stop an upstream gateway's ticks.
+        let state = match self.board.poll() {
+            UpstreamLockState::Held => self.locks.poll(),
+            busy => busy,
+        };
         if self.last.as_ref() != Some(&state) {
             match &state {
+                UpstreamLockState::BoardBusy { board, id, holder } => tracing::warn!(
+                    board = %board.display(),
+                    "another gateway{} dispatches this board ({} is the file at {id}, whatever \
+                     path, link or lock directory reaches it); not dispatching until it stops",
+                    holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default(),
+                    board.display()
+                ),
                 UpstreamLockState::Busy(path) => tracing::warn!(
                     lock = %path.display(),
-                    "another dispatcher (an upstream hermes-agent gateway, or a gateway with another \
-                     HERMES_GATEWAY_LOCK_DIR) holds {}; not dispatching until it is released",
+                    "another dispatcher (an upstream hermes-agent gateway) holds {}; not \
+                     dispatching until it is released",
                     path.display()
                 ),
                 UpstreamLockState::Held => {
@@ -374,6 +516,31 @@ mod tests {
         drop(other);
         assert!(gate.may_dispatch());
         assert!(gate.may_dispatch());
+    }
+
+    #[test]
+    fn the_board_lock_is_the_file_whatever_path_reaches_it_and_follows_a_replaced_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("kanban.db");
+        std::fs::write(&db, b"").unwrap();
+        let link = dir.path().join("elsewhere.db");
+        std::os::unix::fs::symlink(&db, &link).unwrap();
+        let mut first = BoardLock::new(&db);
+        assert_eq!(first.poll(), UpstreamLockState::Held);
+        let mut second = BoardLock::new(&link);
+        match second.poll() {
+            UpstreamLockState::BoardBusy { holder, .. } => {
+                assert_eq!(holder, Some(std::process::id()))
+            }
+            other => panic!("expected BoardBusy, got {other:?}"),
+        }
+        // Replaced: the first follows the new file (and the second may not have it either).
+        std::fs::write(dir.path().join("new.db"), b"").unwrap();
+        std::fs::rename(dir.path().join("new.db"), &db).unwrap();
+        assert_eq!(first.poll(), UpstreamLockState::Held);
+        assert!(matches!(second.poll(), UpstreamLockState::BoardBusy { .. }));
+        drop(first);
+        assert_eq!(second.poll(), UpstreamLockState::Held);
     }
 
     #[test]

@@ -26,12 +26,12 @@ pub use lock::{DispatchGate, LockError, SingletonLock, UpstreamLockState, Upstre
 use notice::Notice;
 
 use crate::auto::{self, Picked};
-use crate::config::{Config, Home, WarningLog};
+use crate::config::{Config, ConfigError, ConfigStamp, Home, WarningLog};
 use crate::core::time::secs_between;
 use crate::core::{error_chain, AttemptOutcome, BeginRefusal, Origin};
 use crate::decompose::attempt::{AttemptContext, AttemptError, SHUTDOWN_ANSWER_WAIT};
 use crate::decompose::roster;
-use crate::store::{now_ms, BoardFile, BoardHandle, Store};
+use crate::store::{now_ms, BoardError, BoardFile, BoardHandle, Store};
 
 /// How long SIGTERM waits for attempts in flight before the process exits anyway: a request on
 /// its way gets [`SHUTDOWN_ANSWER_WAIT`] to answer, then its end is recorded.
@@ -54,6 +54,23 @@ const PROBE_WINDOW: Duration = Duration::from_secs(2);
 /// board connection and a socket, and a per-tick value in the billions must not exhaust either.
 const MAX_IN_FLIGHT: usize = 256;
 
+/// How long a tick waits for `config.yaml` to be read. The read runs on the blocking pool, off
+/// the loop that handles signals; a file on a stalled filesystem costs a tick this much at most
+/// (and SIGTERM this much more), and the gateway keeps its last good config meanwhile.
+const CONFIG_READ_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// How long the gateway's last act, copying the WAL into `kanban.db`, waits for other
+/// processes' transactions: SIGTERM must end the gateway within 5 s, shutdown grace included.
+const EXIT_CHECKPOINT_WAIT: Duration = Duration::from_millis(400);
+/// How often the gateway looks for rows dated in the future (a clock set back is rare; the look
+/// scans cards' schedules, which a tick must not pay for every time).
+const REDATE_EVERY: Duration = Duration::from_secs(60);
+
+const _: () = assert!(
+    SHUTDOWN_GRACE.as_millis() + CONFIG_READ_TIMEOUT.as_millis() + EXIT_CHECKPOINT_WAIT.as_millis()
+        < 5_000
+);
+
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -64,13 +81,26 @@ pub enum GatewayError {
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
-    Attempt(#[from] AttemptError),
+    Board(#[from] BoardError),
     #[error("cannot install the {0} handler: {1}")]
     Signal(&'static str, std::io::Error),
+    #[error(
+        "kanban.db at {} has {links} hard links: SQLite keeps the write-ahead log beside each \
+         path, so a process that reaches the board through another link neither sees this \
+         gateway's writes nor is seen by it (records lost, cards billed again); refusing to \
+         start. Keep one link to the file (symlinks to it are fine)",
+        path.display()
+    )]
+    HardLinked {
+        path: std::path::PathBuf,
+        links: u64,
+    },
 }
 
 /// Runs the gateway in the foreground until SIGTERM or SIGINT.
 pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
+    // Taken before the read: an edit that lands in between shows as a change at the first tick.
+    let config_stamp = ConfigStamp::of(&home.config_path());
     let config = Config::load(&home)?;
     let db_path = home.db_path();
     // Opening creates the board (and refuses a corrupt one) before anything else happens.
@@ -80,10 +110,20 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
             move || Store::open(&db_path)
         })
         .await
-        .map_err(|e| AttemptError::Join(e.to_string()))??,
+        .map_err(|e| BoardError::Join(e.to_string()))??,
     );
 
     let dispatching = config.kanban.dispatch_in_gateway;
+    // Only a dispatcher is refused: a gateway that dispatches nothing writes nothing.
+    if let Some(meta) = std::fs::metadata(&db_path).ok().filter(|_| dispatching) {
+        use std::os::unix::fs::MetadataExt;
+        if meta.nlink() > 1 {
+            return Err(GatewayError::HardLinked {
+                path: db_path,
+                links: meta.nlink(),
+            });
+        }
+    }
     let lock = if dispatching {
         Some(SingletonLock::acquire(home.lock_dir(), &db_path)?)
     } else {
@@ -114,9 +154,9 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
         return Ok(());
     }
 
-    let board = BoardHandle::open(&db_path).await?;
+    let board = BoardHandle::open_long_lived(&db_path).await?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut dispatcher = Dispatcher::new(home, config, board, shutdown_rx);
+    let mut dispatcher = Dispatcher::new(home, config, config_stamp, board, shutdown_rx);
     // At once, so that an upstream gateway starting a moment later finds them taken.
     dispatcher.upstream_locks.may_dispatch();
     // The first tick comes at once: it closes what dead processes left in flight and brings
@@ -159,6 +199,9 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
             SHUTDOWN_GRACE.as_secs()
         );
     }
+    dispatcher.fold_wal_into_board().await;
+    // The board's connection closes before any lock descriptor does (see `BoardLock`).
+    drop(dispatcher);
     drop(lock);
     info!("gateway stopped");
     Ok(())
@@ -214,12 +257,59 @@ struct Dispatcher {
     upstream_locks: DispatchGate,
     /// Config warnings already logged (at start, or by an earlier edit).
     config_warnings: WarningLog,
+    /// The version of `config.yaml` last read (good or bad): an unchanged file is not read again.
+    config_stamp: Option<ConfigStamp>,
+    /// A read of `config.yaml` that outlived its tick's wait; its result is taken when it ends.
+    config_read: Option<tokio::task::JoinHandle<ConfigRead>>,
+    /// Closing abandoned attempts (a write, so it fails while the board cannot be written).
+    recover_notice: Notice,
+    /// A request was sent but its end could not be recorded.
+    end_notice: Notice,
+    /// `-wal`/`-shm` swapped under the gateway.
+    wal_files_notice: Notice,
+    /// When rows dated in the future were last looked for (`None`: not yet).
+    redate_checked: Option<Instant>,
+}
+
+/// What reading `config.yaml` found.
+enum ConfigRead {
+    /// The same version as last time: nothing was read.
+    Unchanged,
+    /// A new version, and what it says.
+    Read {
+        stamp: Option<ConfigStamp>,
+        result: Box<Result<Config, ConfigError>>,
+    },
+}
+
+impl ConfigRead {
+    fn of(home: &Home, last: Option<ConfigStamp>) -> ConfigRead {
+        let stamp = ConfigStamp::of(&home.config_path());
+        if stamp == last {
+            return ConfigRead::Unchanged;
+        }
+        ConfigRead::Read {
+            stamp,
+            result: Box::new(Config::load(home)),
+        }
+    }
+}
+
+/// The condition a config error is: one WARN each until a good config is read. A file refused
+/// whole (not regular, too large) is one condition however it changes meanwhile.
+fn config_condition(err: &ConfigError) -> String {
+    match err {
+        ConfigError::NotRegular { .. } => "config.yaml: not a regular file".to_owned(),
+        ConfigError::TooLarge { .. } => "config.yaml: too large".to_owned(),
+        other => other.to_string(),
+    }
 }
 
 impl Dispatcher {
     fn new(
         home: Home,
         config: Config,
+        config_stamp: Option<ConfigStamp>,
         board: BoardHandle,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
@@ -244,6 +334,12 @@ impl Dispatcher {
             file_notice: Notice::default(),
             upstream_locks: DispatchGate::new(&db_path),
             config_warnings: WarningLog::default(),
+            config_stamp,
+            config_read: None,
+            recover_notice: Notice::default(),
+            end_notice: Notice::default(),
+            wal_files_notice: Notice::default(),
+            redate_checked: None,
         };
         // The start-up warnings were logged with the gateway's first lines.
         let _ = dispatcher.config_warnings.fresh(&dispatcher.config);
@@ -255,13 +351,24 @@ impl Dispatcher {
     async fn recover(&mut self) {
         let ours = self.in_flight_ids.clone();
         let max_attempts = self.config.kanban.decompose_max_attempts;
-        match auto::recover(&self.board, &ours, max_attempts).await {
+        let redate = self
+            .redate_checked
+            .is_none_or(|at| at.elapsed() >= REDATE_EVERY);
+        if redate {
+            self.redate_checked = Some(Instant::now());
+        }
+        match auto::recover(&self.board, &ours, max_attempts, redate).await {
             Ok(recovered) => {
+                if self.recover_notice.clear() {
+                    info!("abandoned attempts can be closed again");
+                }
                 if let Some(line) = auto::describe_recovered(&recovered) {
                     warn!("{line}");
                 }
             }
-            Err(err) => self.tick_notice.warn_keyed(
+            // Its own condition, apart from picking cards: a board that takes no writes fails
+            // here and may still be read, and one line each is all either deserves.
+            Err(err) => self.recover_notice.warn_keyed(
                 &error_chain(&err),
                 &format!("cannot close abandoned attempts: {}", error_chain(&err)),
             ),
@@ -274,22 +381,31 @@ impl Dispatcher {
         let what = match self.board.file() {
             BoardFile::Same => {
                 self.file_notice.clear();
+                self.check_wal_files().await;
                 return;
             }
             BoardFile::Missing => "was deleted",
             BoardFile::Replaced => "was replaced by another file",
         };
+        // The old connection is closed before the new one opens (the store refuses every later
+        // call, see `Store::refresh`): two connections of one process on a WAL index that the
+        // path no longer pairs with the file would not see each other's locks. Attempts still in
+        // flight on it record nothing more; the claims they left are closed on the new board if
+        // it holds them.
+        let _ = self.board.call(|_| Ok(())).await;
         let path = self.home.db_path();
-        match BoardHandle::open(&path).await {
+        match BoardHandle::open_long_lived(&path).await {
             Ok(board) => {
                 warn!(
                     board = %path.display(),
                     "kanban.db {what} while the gateway ran; reopened it (attempts in flight finish on the old file)"
                 );
                 self.file_notice.clear();
-                // The rest of this tick closes abandoned attempts on the new file, and its first
-                // pick brings every triage card there under the budget.
+                // The rest of this tick closes abandoned attempts on the new file (its rows dated
+                // in the future first), and its first pick brings every triage card there under
+                // the budget.
                 self.board = board;
+                self.redate_checked = None;
             }
             Err(err) => self.file_notice.warn_keyed(
                 &format!("reopen-{}", error_chain(&err)),
@@ -297,6 +413,54 @@ impl Dispatcher {
                     "kanban.db {what} while the gateway ran, and cannot be reopened: {}",
                     error_chain(&err)
                 ),
+            ),
+        }
+    }
+
+    /// Logs the `-wal`/`-shm` swaps the board's connection noticed (and reopened the board for)
+    /// since the last tick: one WARN per change until a tick finds none.
+    async fn check_wal_files(&mut self) {
+        let changes = self
+            .board
+            .call(|s| Ok(s.take_file_changes()))
+            .await
+            .unwrap_or_default();
+        if changes.is_empty() {
+            self.wal_files_notice.clear();
+            return;
+        }
+        let what: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        let what = what.join(" and ");
+        self.wal_files_notice.warn_keyed(
+            &what,
+            &format!(
+                "{what} while the gateway ran (a sync, backup or restore tool?); reopened the \
+                 board through the files now at its path. Keep kanban.db-wal and kanban.db-shm \
+                 out of such tools: after a clean stop kanban.db alone is the whole board"
+            ),
+        );
+    }
+
+    /// The gateway's last act: every commit copied into `kanban.db` and the WAL emptied, so that
+    /// `kanban.db` alone is the whole board once the gateway is gone.
+    async fn fold_wal_into_board(&mut self) {
+        match self
+            .board
+            .call(|s| s.checkpoint(EXIT_CHECKPOINT_WAIT))
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => warn!(
+                "could not copy the WAL into kanban.db within {:.1}s (another process is using \
+                 the board): every commit is safe in kanban.db-wal, and the next hermes command \
+                 to close the board copies it; until then copy kanban.db together with \
+                 kanban.db-wal",
+                EXIT_CHECKPOINT_WAIT.as_secs_f64()
+            ),
+            Err(err) => warn!(
+                "could not copy the WAL into kanban.db: {}; every commit is safe in \
+                 kanban.db-wal: copy kanban.db together with it",
+                error_chain(&err)
             ),
         }
     }
@@ -324,9 +488,46 @@ impl Dispatcher {
         }
     }
 
-    /// Re-reads `config.yaml`; a bad edit keeps the last good config (one WARN per bad edit).
-    fn reload_config(&mut self) {
-        match Config::load(&self.home) {
+    /// Re-reads `config.yaml` when it changed, on the blocking pool and for at most
+    /// [`CONFIG_READ_TIMEOUT`]; a bad edit (or a file that cannot be read in time) keeps the last
+    /// good config, with one WARN per condition.
+    async fn reload_config(&mut self) {
+        let mut pending = match self.config_read.take() {
+            Some(pending) => pending,
+            None => {
+                let home = self.home.clone();
+                let last = self.config_stamp;
+                tokio::task::spawn_blocking(move || ConfigRead::of(&home, last))
+            }
+        };
+        let read = match tokio::time::timeout(CONFIG_READ_TIMEOUT, &mut pending).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(err)) => {
+                self.config_notice.warn(format!(
+                    "reading config.yaml failed ({err}); keeping the last good configuration"
+                ));
+                return;
+            }
+            Err(_) => {
+                // No second read starts while this one hangs: the next tick waits for it again.
+                self.config_read = Some(pending);
+                self.config_notice.warn_keyed(
+                    "config.yaml: slow",
+                    &format!(
+                        "{}: still not read after {:.1}s (a stalled filesystem?); keeping the \
+                         last good configuration",
+                        self.home.config_path().display(),
+                        CONFIG_READ_TIMEOUT.as_secs_f64()
+                    ),
+                );
+                return;
+            }
+        };
+        let ConfigRead::Read { stamp, result } = read else {
+            return;
+        };
+        self.config_stamp = stamp;
+        match *result {
             Ok(fresh) => {
                 crate::output::register_config(&fresh);
                 if self.config_notice.clear() {
@@ -340,14 +541,15 @@ impl Dispatcher {
                     self.rebuild_context();
                 }
             }
-            Err(err) => self
-                .config_notice
-                .warn(format!("{err}; keeping the last good configuration")),
+            Err(err) => self.config_notice.warn_keyed(
+                &config_condition(&err),
+                &format!("{err}; keeping the last good configuration"),
+            ),
         }
     }
 
     async fn tick(&mut self) {
-        self.reload_config();
+        self.reload_config().await;
         self.check_board_file().await;
         // Closing abandoned attempts is a dispatcher's work too: another dispatcher's attempts
         // in flight are not this gateway's to close.
@@ -423,7 +625,13 @@ impl Dispatcher {
                 self.await_probe();
                 return;
             }
-            Ok(Picked::Due(due)) => due,
+            Ok(Picked::Due { cards, set_aside }) => {
+                // Each is parked now, so this is its one WARN.
+                for card in &set_aside {
+                    warn!(card = %card.task_id, "{}", auto::describe_set_aside(card));
+                }
+                cards
+            }
         };
         if self.tick_notice.clear() {
             info!("the board is usable again");
@@ -452,7 +660,7 @@ impl Dispatcher {
         if self.health == ProviderHealth::Unknown {
             self.probe_started = Some(Instant::now());
         }
-        let context = context.clone();
+        let context = context.sharing(&self.board);
         let shutdown = self.shutdown.clone();
         let card = task_id.clone();
         let handle = self.in_flight.spawn(async move {
@@ -486,19 +694,33 @@ impl Dispatcher {
             Ok(outcome) => outcome,
             Err(err) => {
                 // One WARN per condition (a full disk, a locked board), not one per card and
-                // tick; while it lasts no request is sent, since none leaves unrecorded.
+                // tick. What it says depends on whether a request had left: one that left may be
+                // billed, and its claim is closed as `unknown` once the board takes writes.
                 let chain = error_chain(&err);
-                self.record_notice.warn_keyed(
-                    &chain,
-                    &format!(
-                        "an attempt could not be recorded (card {task_id}): {chain}; no request \
-                         is sent for a card whose attempt cannot be recorded"
-                    ),
-                );
+                if err.requests_sent == 0 {
+                    self.record_notice.warn_keyed(
+                        &chain,
+                        &format!(
+                            "cannot record an attempt on card {task_id}: {chain}; no request was \
+                             sent, and none is while attempts cannot be recorded"
+                        ),
+                    );
+                } else {
+                    self.end_notice.warn_keyed(
+                        &chain,
+                        &format!(
+                            "a request for card {task_id} was sent (it may be billed) but its end \
+                             could not be recorded: {chain}; the attempt stays counted, and its \
+                             ledger row is closed as `unknown` once the board can be written"
+                        ),
+                    );
+                }
                 return;
             }
         };
-        if !matches!(outcome, AttemptOutcome::Refused { .. }) && self.record_notice.clear() {
+        if !matches!(outcome, AttemptOutcome::Refused { .. })
+            && (self.record_notice.clear() | self.end_notice.clear())
+        {
             info!("attempts can be recorded again");
         }
         if let Some(fault) = outcome.fault() {

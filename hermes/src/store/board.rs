@@ -2,6 +2,7 @@
 //! (say, the decompose apply: children, links, events, promotion) commit or vanish together;
 //! readers take `&Connection`, which a transaction also derefs to.
 
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde_json::{json, Value};
 
@@ -420,6 +421,39 @@ const TASK_SELECT: &str = "SELECT t.id, t.title, t.body, t.assignee, t.status, t
      d.opt_out AS d_opt_out \
      FROM tasks t LEFT JOIN hermes_decompose_state d ON d.task_id = t.id";
 
+/// A card's text column as it would be sent to the provider, or why it cannot be: text that
+/// is not valid UTF-8, or a BLOB, could only be sent mangled.
+pub(crate) fn card_text(value: ValueRef<'_>, column: &str) -> Result<Option<String>, String> {
+    match value {
+        ValueRef::Null => Ok(None),
+        ValueRef::Text(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => Ok(Some(text.to_owned())),
+            Err(e) => Err(format!(
+                "its {column} is not valid UTF-8 text (invalid byte at offset {})",
+                e.valid_up_to()
+            )),
+        },
+        ValueRef::Blob(bytes) => Err(format!(
+            "its {column} is stored as a BLOB of {} bytes, not as text",
+            bytes.len()
+        )),
+        ValueRef::Integer(n) => Ok(Some(n.to_string())),
+        ValueRef::Real(x) => Ok(Some(x.to_string())),
+    }
+}
+
+/// Why a card's title and body cannot be sent as they are, if they cannot.
+pub(crate) fn unreadable(title: ValueRef<'_>, body: ValueRef<'_>) -> Option<String> {
+    let title = match card_text(title, "title") {
+        Err(why) => return Some(why),
+        Ok(title) => title,
+    };
+    if title.is_none() {
+        return Some("it has no title (NULL)".to_owned());
+    }
+    card_text(body, "body").err()
+}
+
 /// A task row before its status is checked.
 struct RawTask {
     task: Task,
@@ -427,7 +461,7 @@ struct RawTask {
 }
 
 fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
-    let skills_text: Option<String> = r.get("skills")?;
+    let skills_text = lenient::text(r, "skills")?;
     let skills = skills_text
         .and_then(|s| serde_json::from_str::<Vec<Value>>(&s).ok())
         .map(|items| {
@@ -450,32 +484,31 @@ fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
         }),
     };
     Ok(RawTask {
-        status: r.get("status")?,
+        status: lenient::text(r, "status")?.unwrap_or_default(),
         task: Task {
-            id: r.get("id")?,
-            title: r.get("title")?,
-            body: r.get("body")?,
-            assignee: r.get("assignee")?,
+            id: lenient::text(r, "id")?.unwrap_or_default(),
+            title: lenient::text(r, "title")?.unwrap_or_default(),
+            body: lenient::text(r, "body")?,
+            assignee: lenient::text(r, "assignee")?,
             status: Status::Triage,
             priority: r.get::<_, Option<i64>>("priority")?.unwrap_or(0),
-            tenant: r.get("tenant")?,
-            workspace_kind: r
-                .get::<_, Option<String>>("workspace_kind")?
+            tenant: lenient::text(r, "tenant")?,
+            workspace_kind: lenient::text(r, "workspace_kind")?
                 .unwrap_or_else(|| "scratch".to_owned()),
-            workspace_path: r.get("workspace_path")?,
-            branch_name: r.get("branch_name")?,
-            project_id: r.get("project_id")?,
-            created_by: r.get("created_by")?,
+            workspace_path: lenient::text(r, "workspace_path")?,
+            branch_name: lenient::text(r, "branch_name")?,
+            project_id: lenient::text(r, "project_id")?,
+            created_by: lenient::text(r, "created_by")?,
             created_at: r.get("created_at")?,
             started_at: r.get("started_at")?,
             completed_at: r.get("completed_at")?,
-            result: r.get("result")?,
+            result: lenient::text(r, "result")?,
             skills,
             max_retries: r.get("max_retries")?,
-            session_id: r.get("session_id")?,
-            workflow_template_id: r.get("workflow_template_id")?,
-            current_step_key: r.get("current_step_key")?,
-            block_kind: r.get("block_kind")?,
+            session_id: lenient::text(r, "session_id")?,
+            workflow_template_id: lenient::text(r, "workflow_template_id")?,
+            current_step_key: lenient::text(r, "current_step_key")?,
+            block_kind: lenient::text(r, "block_kind")?,
             decompose,
         },
     })
@@ -561,12 +594,12 @@ pub(crate) fn events_of(conn: &Connection, id: &str) -> Result<Vec<Event>, Store
         .sql("reading events")?;
     let rows = stmt
         .query_map([id], |r| {
-            let payload: Option<String> = r.get("payload")?;
+            let payload = lenient::text(r, "payload")?;
             Ok(Event {
                 id: r.get("id")?,
-                task_id: r.get("task_id")?,
+                task_id: lenient::text(r, "task_id")?.unwrap_or_default(),
                 run_id: r.get("run_id")?,
-                kind: r.get("kind")?,
+                kind: lenient::text(r, "kind")?.unwrap_or_default(),
                 payload: payload
                     .filter(|p| !p.is_empty())
                     .map(|p| serde_json::from_str(&p).unwrap_or(Value::String(p))),
@@ -589,9 +622,9 @@ pub(crate) fn comments_of(conn: &Connection, id: &str) -> Result<Vec<Comment>, S
         .query_map([id], |r| {
             Ok(Comment {
                 id: r.get("id")?,
-                task_id: r.get("task_id")?,
-                author: r.get("author")?,
-                body: r.get("body")?,
+                task_id: lenient::text(r, "task_id")?.unwrap_or_default(),
+                author: lenient::text(r, "author")?.unwrap_or_default(),
+                body: lenient::text(r, "body")?.unwrap_or_default(),
                 created_at: r.get("created_at")?,
             })
         })
@@ -609,15 +642,15 @@ pub(crate) fn runs_of(conn: &Connection, id: &str) -> Result<Vec<Value>, StoreEr
         .sql("reading runs")?;
     let rows = stmt
         .query_map([id], |r| {
-            let metadata: Option<String> = r.get("metadata")?;
+            let metadata = lenient::text(r, "metadata")?;
             Ok(json!({
                 "id": r.get::<_, i64>("id")?,
-                "profile": r.get::<_, Option<String>>("profile")?,
-                "step_key": r.get::<_, Option<String>>("step_key")?,
-                "status": r.get::<_, Option<String>>("status")?,
-                "outcome": r.get::<_, Option<String>>("outcome")?,
-                "summary": r.get::<_, Option<String>>("summary")?,
-                "error": r.get::<_, Option<String>>("error")?,
+                "profile": lenient::text(r, "profile")?,
+                "step_key": lenient::text(r, "step_key")?,
+                "status": lenient::text(r, "status")?,
+                "outcome": lenient::text(r, "outcome")?,
+                "summary": lenient::text(r, "summary")?,
+                "error": lenient::text(r, "error")?,
                 "metadata": metadata.and_then(|m| serde_json::from_str::<Value>(&m).ok()),
                 "worker_pid": r.get::<_, Option<i64>>("worker_pid")?,
                 "started_at": r.get::<_, Option<i64>>("started_at")?,

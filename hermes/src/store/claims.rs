@@ -92,6 +92,9 @@ pub struct Recovered {
     pub refunded: Vec<String>,
     /// Cards parked because the abandoned attempt was their last.
     pub parked: Vec<String>,
+    /// Rows dated in the future (a clock that ran ahead was corrected), re-dated to now first
+    /// (see `auto::recover`).
+    pub redated: super::Redated,
 }
 
 impl Recovered {
@@ -282,6 +285,11 @@ fn why_abandoned(claim: &Claim, state: ClaimState) -> String {
             process::describe(&claim.owner),
             crate::core::time::utc_ms(claim.until_ms)
         ),
+        // An attempt of this very process whose end could not be recorded (its board could not
+        // be written) is not one whose process ended: the words say which.
+        ClaimState::Ended | ClaimState::Held if claim.owner == process::token() => {
+            format!("{} could not write the board", claim.holder())
+        }
         ClaimState::Ended | ClaimState::Held => format!("{} ended", claim.holder()),
     }
 }

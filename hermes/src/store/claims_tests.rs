@@ -359,6 +359,7 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
             failed,
             refunded: vec![],
             parked: vec![last.clone()],
+            ..Recovered::default()
         }
     );
     assert_eq!(outcomes(&store), ["unknown", "unknown", "unknown"]);
@@ -570,13 +571,14 @@ fn refusals_of_requests_in_flight_together_pause_once() {
 fn no_automatic_request_leaves_once_the_board_is_paused(#[case] how: &str) {
     let (_dir, mut store) = scratch();
     let id = triage_card(&mut store, "in flight");
+    // Created before `now`, so that it is due at `now`.
+    let other = triage_card(&mut store, "found it unreachable");
     let now = now_ms();
     match how {
         "paused" => store
             .set_pause(now + 60_000, "provider requires payment")
             .unwrap(),
         _ => {
-            let other = triage_card(&mut store, "found it unreachable");
             unreachable(&mut store, &other, now);
         }
     }

@@ -11,7 +11,9 @@ use serde_json::json;
 
 use std::time::Duration;
 
-use super::board::{add_event, canonical_assignee, insert_task_row, promote_ready, TaskRow};
+use super::board::{
+    add_event, canonical_assignee, insert_task_row, promote_ready, unreadable, TaskRow,
+};
 use super::claims::{
     abandon, claim_is_ours, claim_of, new_lease, put_claim, refund, release, ClaimState, Recovered,
 };
@@ -270,50 +272,90 @@ impl Store {
 
     /// The oldest due cards, at most `limit`, never one in `exclude`: in triage, not parked,
     /// not in backoff, not claimed by an attempt in flight, not opted out, not a human hold (B1,
-    /// B2, B7). Walks the due index in order
-    /// and stops at `limit`, so the cost does not grow with the board.
+    /// B2, B7), and readable (see [`Store::pick_due`]). Walks the due index in order and stops
+    /// at `limit`, so the cost does not grow with the board.
     pub fn due_cards(
         &self,
         now_ms: i64,
         limit: usize,
         exclude: &std::collections::HashSet<String>,
     ) -> Result<Vec<String>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
+        self.read(|conn| due_rows(conn, now_ms, limit, exclude).map(|(due, _)| due))
+    }
+
+    /// [`due_cards`](Self::due_cards) for an automatic path: due cards whose title or body
+    /// cannot be read as text (another tool wrote invalid UTF-8 or a BLOB) are set aside on the
+    /// way, parked in one transaction with the reason, so they never take a slot fresh cards
+    /// need and are never paid for. Returns the due cards and the ones set aside now.
+    pub fn pick_due(
+        &mut self,
+        now_ms: i64,
+        limit: usize,
+        exclude: &std::collections::HashSet<String>,
+    ) -> Result<(Vec<String>, Vec<SetAside>), StoreError> {
+        let (due, set_aside) = self.read(|conn| due_rows(conn, now_ms, limit, exclude))?;
+        if !set_aside.is_empty() {
+            self.write(|tx| {
+                for card in &set_aside {
+                    park_unreadable(tx, &card.task_id, &card.why, now_ms)?;
+                }
+                Ok(())
+            })?;
         }
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    // CROSS JOIN pins the due index as the outer loop. Given the choice (and no
-                    // ANALYZE statistics), SQLite starts from idx_tasks_status instead, reads
-                    // every triage card and sorts them all: 7 ms a tick at 100k cards, growing
-                    // with the board. This way it stops after `limit` rows.
-                    "SELECT s.task_id FROM hermes_decompose_state s
-                     CROSS JOIN tasks t ON t.id = s.task_id
-                     WHERE s.due_at_ms IS NOT NULL AND s.due_at_ms <= ?1
-                       AND s.parked_at_ms IS NULL AND s.opt_out = 0
-                       AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
-                                       WHERE c.task_id = s.task_id AND c.until_ms > ?1)
-                       AND t.status = 'triage' AND t.started_at IS NULL
-                       AND (t.block_kind IS NULL OR t.block_kind NOT IN ('needs_input', 'capability'))
-                     ORDER BY s.due_at_ms, s.task_id",
-                )
-                .sql("selecting due cards")?;
-            let mut rows = stmt.query([now_ms]).sql("selecting due cards")?;
-            // Grows with what is found, never with `limit`: that comes from config and may be huge.
-            let mut due = Vec::new();
-            while let Some(row) = rows.next().sql("selecting due cards")? {
-                let id: String = row.get(0).sql("reading a due card")?;
-                if !exclude.contains(&id) {
-                    due.push(id);
-                    if due.len() == limit {
-                        break;
-                    }
+        Ok((due, set_aside))
+    }
+}
+
+fn due_rows(
+    conn: &Connection,
+    now_ms: i64,
+    limit: usize,
+    exclude: &std::collections::HashSet<String>,
+) -> Result<(Vec<String>, Vec<SetAside>), StoreError> {
+    if limit == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let mut stmt = conn
+        .prepare_cached(
+            // CROSS JOIN pins the due index as the outer loop. Given the choice (and no ANALYZE
+            // statistics), SQLite starts from idx_tasks_status instead, reads every triage card
+            // and sorts them all: 7 ms a tick at 100k cards, growing with the board. This way
+            // it stops after `limit` rows.
+            "SELECT s.task_id, t.title, t.body FROM hermes_decompose_state s
+             CROSS JOIN tasks t ON t.id = s.task_id
+             WHERE s.due_at_ms IS NOT NULL AND s.due_at_ms <= ?1
+               AND s.parked_at_ms IS NULL AND s.opt_out = 0
+               AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
+                               WHERE c.task_id = s.task_id AND c.until_ms > ?1)
+               AND t.status = 'triage' AND t.started_at IS NULL
+               AND (t.block_kind IS NULL OR t.block_kind NOT IN ('needs_input', 'capability'))
+             ORDER BY s.due_at_ms, s.task_id",
+        )
+        .sql("selecting due cards")?;
+    let mut rows = stmt.query([now_ms]).sql("selecting due cards")?;
+    // Grows with what is found, never with `limit`: that comes from config and may be huge.
+    let mut due = Vec::new();
+    let mut set_aside = Vec::new();
+    while let Some(row) = rows.next().sql("selecting due cards")? {
+        let id: String = row.get(0).sql("reading a due card")?;
+        if exclude.contains(&id) {
+            continue;
+        }
+        let (title, body) = (
+            row.get_ref(1).sql("reading a due card")?,
+            row.get_ref(2).sql("reading a due card")?,
+        );
+        match unreadable(title, body) {
+            Some(why) => set_aside.push(SetAside { task_id: id, why }),
+            None => {
+                due.push(id);
+                if due.len() == limit {
+                    break;
                 }
             }
-            Ok(due)
-        })
+        }
     }
+    Ok((due, set_aside))
 }
 
 /// A card's decompose state row, if any.
@@ -349,6 +391,9 @@ struct CardRow {
     assignee: Option<String>,
     started_at: Option<i64>,
     block_kind: Option<String>,
+    /// Why the title or body cannot be sent as they are (another tool wrote them), if so; the
+    /// two fields above are then only a rendering.
+    unreadable: Option<String>,
 }
 
 fn card_row(conn: &Connection, task_id: &str) -> Result<Option<CardRow>, StoreError> {
@@ -357,17 +402,55 @@ fn card_row(conn: &Connection, task_id: &str) -> Result<Option<CardRow>, StoreEr
         [task_id],
         |r| {
             Ok(CardRow {
-                status: r.get(0)?,
-                title: r.get(1)?,
-                body: r.get(2)?,
-                assignee: r.get(3)?,
+                status: lenient::text(r, "status")?.unwrap_or_default(),
+                title: lenient::text(r, "title")?.unwrap_or_default(),
+                body: lenient::text(r, "body")?,
+                assignee: lenient::text(r, "assignee")?,
                 started_at: r.get(4)?,
-                block_kind: r.get(5)?,
+                block_kind: lenient::text(r, "block_kind")?,
+                unreadable: unreadable(r.get_ref(1)?, r.get_ref(2)?),
             })
         },
     )
     .optional()
     .sql("reading the card")
+}
+
+/// Parks a card whose text cannot be sent (see [`CardRow::unreadable`]), with its
+/// `decompose_parked` event: no automatic path picks it again until a person fixes the row and
+/// unparks it. Its attempts are left as they were.
+fn park_unreadable(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    why: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let reason = format!("set aside without a request: {why}");
+    tx.execute(
+        "INSERT INTO hermes_decompose_state (task_id, due_at_ms, parked_at_ms, last_error)
+         VALUES (?1, NULL, ?2, ?3)
+         ON CONFLICT(task_id) DO UPDATE SET due_at_ms = NULL,
+             parked_at_ms = COALESCE(parked_at_ms, ?2), last_error = ?3",
+        params![task_id, now_ms, reason],
+    )
+    .sql("setting aside a card that cannot be read")?;
+    let attempts = state_row(tx, task_id)?.map_or(0, |s| s.attempts);
+    add_event(
+        tx,
+        task_id,
+        "decompose_parked",
+        Some(&json!({"attempts": attempts, "reason": reason})),
+    )?;
+    Ok(())
+}
+
+/// A card an automatic path set aside because its text cannot be read (see
+/// [`Store::pick_due`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    pub task_id: String,
+    /// What is wrong with its row.
+    pub why: String,
 }
 
 fn begin_attempt(
@@ -404,6 +487,12 @@ fn begin_attempt(
         )?;
     }
     let state = state_row(tx, task_id)?;
+    if let Some(why) = &card.unreadable {
+        if policy.origin.is_automatic() && state.as_ref().is_none_or(|s| s.parked_at_ms.is_none()) {
+            park_unreadable(tx, task_id, why, policy.now_ms)?;
+        }
+        return Ok(Err(BeginRefusal::Unreadable { why: why.clone() }));
+    }
     // A person's attempt keeps to the board-wide guards like any other, unless forced past them.
     let mut overrode = Vec::new();
     if !policy.origin.is_automatic() {

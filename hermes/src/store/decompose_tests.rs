@@ -607,6 +607,7 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
                     failed: vec![poison.clone()],
                     refunded: vec![],
                     parked: vec![poison.clone()],
+                    ..Recovered::default()
                 }
             );
         }
@@ -1745,4 +1746,58 @@ fn the_auto_gate_reads_the_pause_before_the_ceiling() {
         store.auto_gate(now + 5_000, 3).unwrap(),
         AutoGate::CeilingReached { calls: 3, limit: 3 }
     );
+}
+
+#[test]
+fn a_card_whose_text_is_not_text_is_set_aside_once_and_never_takes_a_slot() {
+    let (_dir, mut store) = scratch();
+    let latin1 = triage_card(&mut store, "latin-1 title");
+    let blob = triage_card(&mut store, "blob body");
+    let fresh = triage_card(&mut store, "fresh");
+    let other = other_process(&store);
+    other
+        .execute(
+            "UPDATE tasks SET title = CAST(?1 AS TEXT) WHERE id = ?2",
+            params![b"caf\xe9".to_vec(), latin1],
+        )
+        .unwrap();
+    other
+        .execute(
+            "UPDATE tasks SET body = ?1 WHERE id = ?2",
+            params![vec![0u8, 159, 146, 150], blob],
+        )
+        .unwrap();
+    let now = now_ms() + 10;
+    let none = HashSet::new();
+    let (due, set_aside) = store.pick_due(now, 1, &none).unwrap();
+    assert_eq!(due, [fresh], "the one slot goes to the fresh card");
+    let aside: Vec<&str> = set_aside.iter().map(|c| c.task_id.as_str()).collect();
+    assert_eq!(aside, [latin1.as_str(), blob.as_str()]);
+    assert!(
+        set_aside[0].why.contains("not valid UTF-8"),
+        "{:?}",
+        set_aside[0]
+    );
+    assert!(
+        set_aside[1].why.contains("stored as a BLOB of 4 bytes"),
+        "{:?}",
+        set_aside[1]
+    );
+    // Parked: never picked again, and its row is shown as best it can be.
+    assert!(store.pick_due(now, 5, &none).unwrap().1.is_empty());
+    assert_eq!(kinds(&store, &latin1), ["created", "decompose_parked"]);
+    let shown = store.get(&latin1).unwrap();
+    assert_eq!(shown.title, "caf\u{fffd}");
+    assert!(shown.decompose.unwrap().parked_at_ms.is_some());
+    assert_eq!(store.list(&ListFilter::default()).unwrap().len(), 3);
+    // By hand: refused, nothing written.
+    let refused = store
+        .begin_attempt(&blob, &policy(Origin::Manual, now))
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(refused, BeginRefusal::Unreadable { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(kinds(&store, &blob), ["created", "decompose_parked"]);
 }

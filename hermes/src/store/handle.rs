@@ -61,6 +61,14 @@ impl BoardHandle {
         })
     }
 
+    /// Opens the board for a long-running process (the gateway, a sweep): every commit is also
+    /// copied into `kanban.db` at once (see [`Store::checkpoint_every_commit`]).
+    pub async fn open_long_lived(path: &Path) -> Result<Self, BoardError> {
+        let board = Self::open(path).await?;
+        board.call(|s| s.checkpoint_every_commit()).await?;
+        Ok(board)
+    }
+
     /// Whether the path still names the file this handle opened.
     pub fn file(&self) -> BoardFile {
         match (identity(&self.path), self.opened) {
@@ -83,7 +91,9 @@ impl BoardHandle {
             let mut guard = store
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut guard)
+            // Every caller of the handle works on the files at the board's path: a swapped
+            // `-wal`/`-shm` reopens the board here, a swapped `kanban.db` refuses the call.
+            guard.refreshed(f)
         })
         .await
         .map_err(|e| BoardError::Join(e.to_string()))?

@@ -216,6 +216,7 @@ impl Store {
                 .query_map([since], |r| {
                     Ok(CardUsage {
                         task_id: lenient::text(r, 0)?.unwrap_or_default(),
+                        // Another tool's title may not be text: shown as best it can be.
                         title: lenient::text(r, 1)?,
                         status: lenient::text(r, 2)?,
                         calls: count(r.get(3)?),

@@ -11,12 +11,14 @@ mod claims_tests;
 mod decompose;
 #[cfg(test)]
 mod decompose_tests;
+mod files;
 mod guards;
 mod handle;
 mod ledger;
 mod lenient;
 mod pyjson;
 mod recovery;
+mod redate;
 pub(crate) mod schema;
 #[cfg(test)]
 mod tests;
@@ -36,8 +38,9 @@ pub use crate::core::{BeginRefusal, Origin};
 pub use claims::{Claim, ClaimState, Recovered};
 pub use decompose::{
     ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, FailureRecord, NothingSentRecord,
-    NothingSentRecorded, PauseRecord, UnreachableRecord, HUMAN_BLOCK_KINDS,
+    NothingSentRecorded, PauseRecord, SetAside, UnreachableRecord, HUMAN_BLOCK_KINDS,
 };
+pub use files::{BoardFiles, BoardPart, FileChange, FileId};
 pub use guards::{AutoGate, Pause, HOUR_MS};
 pub use handle::{BoardError, BoardFile, BoardHandle};
 pub use ledger::{
@@ -47,6 +50,7 @@ pub use recovery::{
     AutoDecomposeSwitch, CallFilter, ClearedPause, LedgerCall, ResumeRecord, UnparkRefusal,
     Unparked,
 };
+pub use redate::{Redated, CLOCK_SKEW};
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
@@ -54,22 +58,13 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 /// Pause between tries when another process is switching a fresh board's journal mode.
 const WAL_SWITCH_RETRY: Duration = Duration::from_millis(20);
 
-/// A store that closes with more than this many pages in the WAL checkpoints it into `kanban.db`
-/// and truncates it; below that, closing leaves the WAL as it is.
-///
-/// SQLite's default is to checkpoint whenever the last connection closes, which costs every CLI
-/// call two more `fsync`s plus the WAL's unlink and re-creation (with a directory sync). A WAL
-/// left in place costs the next process instead: it rebuilds the WAL's index by reading the
-/// whole file (one read per page) before its first statement, and cannot tell which frames were
-/// already copied, so SQLite's own size-triggered checkpoints never let the file shrink.
-/// Truncating at this size bounds that read to half a megabyte; a `kanban create` writes 14
-/// pages, so about one call in ten pays the checkpoint (two more `fsync`s, and one for the new
-/// WAL header on the next commit). Every commit still syncs the WAL, so nothing durable is
-/// given up.
-pub const WAL_CHECKPOINT_PAGES: u64 = 128;
+/// How long closing a store waits for other processes' transactions so that it can copy the WAL
+/// into `kanban.db` (see [`Store::checkpoint`]). Past it the close gives up: every commit is
+/// still durable in the WAL, only `kanban.db` alone is not yet the whole board.
+pub const CLOSE_CHECKPOINT_WAIT: Duration = Duration::from_millis(1000);
 
-/// Bytes of one WAL frame: a 24-byte header and one page (SQLite's default 4096-byte pages).
-const WAL_FRAME_BYTES: u64 = 24 + 4096;
+/// Pause between tries of a checkpoint another connection's checkpoint is in the way of.
+const CHECKPOINT_RETRY: Duration = Duration::from_millis(5);
 
 /// Errors from the board.
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +121,19 @@ pub enum StoreError {
     /// The operating system's random source failed while making an id.
     #[error("could not generate a task id")]
     Entropy(#[source] getrandom::Error),
+    /// A file of the board was deleted or replaced while this process had it open (a sync or
+    /// restore tool, a person): nothing was read or written through the stale connection.
+    #[error(
+        "{change} while this process had the board at {} open; nothing was read or written \
+         through the old file",
+        path.display()
+    )]
+    FilesChanged {
+        /// The database file.
+        path: PathBuf,
+        /// What happened.
+        change: FileChange,
+    },
     /// SQLite refused an operation.
     #[error("{context}")]
     Sql {
@@ -415,6 +423,18 @@ pub struct Store {
     path: PathBuf,
     /// The newest `tasks` rowid already given decompose state (see `sync_decompose_state`).
     synced_rowid: i64,
+    /// The board's files as this connection opened them (see `store::files`).
+    files: BoardFiles,
+    /// Set once `kanban.db` itself is no longer the file this store opened: the store is then
+    /// closed for good (rows of another board must never be written with ids from this one).
+    detached: Option<FileChange>,
+    /// `-wal`/`-shm` changes this store reopened the board for, not yet taken by the caller.
+    noticed: Vec<FileChange>,
+    /// See [`Store::checkpoint_every_commit`].
+    checkpoint_every_commit: bool,
+    /// Set while a caller that has just [`refresh`](Store::refresh)ed runs its calls (a
+    /// `BoardHandle` call): the files are not looked at again before each of them.
+    refreshed: bool,
 }
 
 impl fmt::Debug for Store {
@@ -427,7 +447,14 @@ impl fmt::Debug for Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        self.checkpoint_if_large();
+        // `kanban.db` alone must be the whole board once the process is gone: people copy,
+        // sync and restore that one file. Never through a connection whose files were swapped,
+        // whose index may describe another log.
+        let wal_has_frames =
+            fs::metadata(BoardPart::Wal.path(&self.path)).is_ok_and(|meta| meta.len() > 0);
+        if wal_has_frames && self.current() {
+            let _ = self.checkpoint_here(CLOSE_CHECKPOINT_WAIT);
+        }
     }
 }
 
@@ -473,27 +500,18 @@ impl Store {
         // SQLite may be built not to sync the directory when it creates the WAL (see
         // `.cargo/config.toml`), so whenever this open may create it (or the board itself), the
         // directory is synced here: the file's entry must survive a power cut as its frames do.
-        let wal_existed = existed && fs::metadata(wal_path(&path)).is_ok();
+        let wal_existed = existed && fs::metadata(BoardPart::Wal.path(&path)).is_ok();
 
-        // Without CREATE for an existing file, so a file removed under us is an error rather
-        // than a silently empty board.
-        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        if !existed {
-            flags |= OpenFlags::SQLITE_OPEN_CREATE;
-        }
-        let conn = Connection::open_with_flags(&path, flags).map_err(|source| StoreError::Sql {
-            context: format!("opening {}", path.display()),
-            source,
-        })?;
-        conn.busy_timeout(BUSY_TIMEOUT)
-            .sql("setting the busy timeout")?;
-        // See `WAL_CHECKPOINT_PAGES`: the last connection to close leaves the WAL in place.
-        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
-            .sql("keeping the WAL on close")?;
+        let conn = connect(&path, !existed)?;
         let mut store = Store {
             conn,
             path,
             synced_rowid: 0,
+            files: BoardFiles::default(),
+            detached: None,
+            noticed: Vec::new(),
+            checkpoint_every_commit: false,
+            refreshed: false,
         };
         if existed {
             store.probe()?;
@@ -503,7 +521,145 @@ impl Store {
         if !wal_existed {
             store.sync_directory();
         }
+        store.files = BoardFiles::at(&store.path);
         Ok(store)
+    }
+
+    /// Whether the paths still name the files this connection opened.
+    fn current(&self) -> bool {
+        self.detached.is_none() && self.files.changes(&BoardFiles::at(&self.path)).is_empty()
+    }
+
+    /// Makes sure the connection still works on the files at the board's path, before a
+    /// transaction. A `-wal` or `-shm` deleted or replaced since it opened (with `kanban.db`
+    /// itself unchanged) reopens the board, which is then the same board through its current
+    /// log; [`take_file_changes`](Self::take_file_changes) says so. A replaced or deleted
+    /// `kanban.db` closes this store for good: every later call fails with
+    /// [`StoreError::FilesChanged`], and the caller opens the board anew.
+    pub fn refresh(&mut self) -> Result<(), StoreError> {
+        if let Some(change) = self.detached {
+            return Err(self.changed(change));
+        }
+        let changes = self.files.changes(&BoardFiles::at(&self.path));
+        if changes.is_empty() {
+            return Ok(());
+        }
+        if let Some(&db) = changes.iter().find(|c| c.part == BoardPart::Db) {
+            self.close_connection()?;
+            self.detached = Some(db);
+            return Err(self.changed(db));
+        }
+        for change in changes {
+            if !self.noticed.contains(&change) {
+                self.noticed.push(change);
+            }
+        }
+        self.reopen()
+    }
+
+    /// Copies every commit into `kanban.db` right after it is synced (a passive checkpoint: it
+    /// never waits), for the stores of long-running processes (the gateway, a sweep). Their WAL
+    /// then holds hardly anything only the WAL knows: a WAL deleted or a WAL index replaced
+    /// under them loses no record they had committed, and a copy of kanban.db made mid-run misses
+    /// at most the last moment's commits. A short CLI call does without: its close folds the WAL
+    /// in, and two more syncs per commit would slow every verb.
+    pub fn checkpoint_every_commit(&mut self) -> Result<(), StoreError> {
+        self.checkpoint_every_commit = true;
+        self.configure()
+    }
+
+    /// Runs `f` right after a [`refresh`](Self::refresh), without looking at the files again
+    /// before each transaction inside it (three `stat`s each): how a `BoardHandle` call runs.
+    pub fn refreshed<T>(
+        &mut self,
+        f: impl FnOnce(&mut Store) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.refresh()?;
+        self.refreshed = true;
+        let out = f(self);
+        self.refreshed = false;
+        out
+    }
+
+    /// The `-wal`/`-shm` changes this store reopened the board for since the last call.
+    pub fn take_file_changes(&mut self) -> Vec<FileChange> {
+        std::mem::take(&mut self.noticed)
+    }
+
+    fn changed(&self, change: FileChange) -> StoreError {
+        StoreError::FilesChanged {
+            path: self.path.clone(),
+            change,
+        }
+    }
+
+    /// Closes the connection, leaving an empty in-memory one in its place. Closing never
+    /// checkpoints (see `connect`), so a stale index writes nothing into `kanban.db`.
+    fn close_connection(&mut self) -> Result<(), StoreError> {
+        let placeholder =
+            Connection::open_in_memory().sql("replacing a connection to a swapped board file")?;
+        drop(std::mem::replace(&mut self.conn, placeholder));
+        Ok(())
+    }
+
+    fn reopen(&mut self) -> Result<(), StoreError> {
+        // The old connection goes first: the connections of one process to one database file
+        // share one mapping of its index, so a new one opened beside it would map the stale
+        // index again. Should the new one fail to open, the placeholder stays and the next
+        // call tries again (the recorded files still differ from the paths).
+        self.close_connection()?;
+        self.conn = connect(&self.path, false)?;
+        self.probe()?;
+        self.configure()?;
+        self.files = BoardFiles::at(&self.path);
+        Ok(())
+    }
+
+    /// Copies every commit in the WAL into `kanban.db` and empties the WAL, waiting up to
+    /// `wait` for other processes' transactions; returns whether it got there (otherwise every
+    /// commit is still durable in the WAL, and a later close tries again).
+    pub fn checkpoint(&mut self, wait: Duration) -> Result<bool, StoreError> {
+        self.refresh()?;
+        self.checkpoint_here(wait)
+    }
+
+    fn checkpoint_here(&mut self, wait: Duration) -> Result<bool, StoreError> {
+        let deadline = Instant::now() + wait;
+        let done = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.conn
+                .busy_timeout(left)
+                .sql("setting the busy timeout")?;
+            // TRUNCATE: synced into kanban.db, then the WAL cut to zero bytes, so that a board
+            // restored beside it later can never have stale frames replayed over it.
+            let attempt = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    r.get::<_, i64>(0)
+                });
+            match attempt {
+                Ok(0) => break true,
+                // Another connection's checkpoint holds the lock and SQLite does not wait for
+                // it; its snapshot may predate this connection's last commit.
+                Ok(_) if Instant::now() < deadline => std::thread::sleep(CHECKPOINT_RETRY),
+                Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(CHECKPOINT_RETRY)
+                }
+                Ok(_) => break false,
+                Err(e) if is_busy(&e) => break false,
+                Err(source) => {
+                    let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
+                    return Err(StoreError::Sql {
+                        context: "copying the WAL into kanban.db".into(),
+                        source,
+                    });
+                }
+            }
+        };
+        self.conn
+            .busy_timeout(BUSY_TIMEOUT)
+            .sql("setting the busy timeout")?;
+        Ok(done)
     }
 
     /// Makes the board's directory entries (the board and its WAL) durable. Errors are ignored,
@@ -521,21 +677,6 @@ impl Store {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Copies a WAL grown past [`WAL_CHECKPOINT_PAGES`] into the board and empties it.
-    ///
-    /// Best effort and never waiting: another process reading or writing the board makes the
-    /// checkpoint give up at once (a later close retries), because a closing CLI call must not
-    /// stall behind a gateway's long transaction.
-    fn checkpoint_if_large(&mut self) {
-        let large = fs::metadata(wal_path(&self.path))
-            .is_ok_and(|m| m.len() > WAL_CHECKPOINT_PAGES * WAL_FRAME_BYTES);
-        if large && self.conn.busy_timeout(Duration::ZERO).is_ok() {
-            let _ = self
-                .conn
-                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
-        }
     }
 
     /// Fails with `Corrupt` when SQLite cannot read the file as a database.
@@ -568,6 +709,11 @@ impl Store {
         self.conn
             .execute_batch("PRAGMA synchronous=FULL")
             .sql("setting synchronous=FULL")?;
+        if self.checkpoint_every_commit {
+            self.conn
+                .execute_batch("PRAGMA wal_autocheckpoint=1")
+                .sql("setting wal_autocheckpoint")?;
+        }
         Ok(())
     }
 
@@ -630,6 +776,9 @@ impl Store {
         &mut self,
         f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        if !self.refreshed {
+            self.refresh()?;
+        }
         let path = &self.path;
         let tx = self
             .conn
@@ -646,6 +795,14 @@ impl Store {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        if let Some(change) = self.detached {
+            return Err(self.changed(change));
+        }
+        if !self.refreshed {
+            if let Some(&change) = self.files.changes(&BoardFiles::at(&self.path)).first() {
+                return Err(self.changed(change));
+            }
+        }
         f(&self.conn).map_err(|e| locate(&self.path, e))
     }
 
@@ -720,11 +877,26 @@ impl Store {
     }
 }
 
-/// `<board>-wal`, SQLite's write-ahead log beside the board.
-fn wal_path(db_path: &Path) -> PathBuf {
-    let mut wal = db_path.as_os_str().to_owned();
-    wal.push("-wal");
-    PathBuf::from(wal)
+/// Opens a connection to the board at `path` as every store uses it.
+fn connect(path: &Path, create: bool) -> Result<Connection, StoreError> {
+    // Without CREATE for an existing file, so a file removed under us is an error rather than a
+    // silently empty board.
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(path, flags).map_err(|source| StoreError::Sql {
+        context: format!("opening {}", path.display()),
+        source,
+    })?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .sql("setting the busy timeout")?;
+    // Closing never checkpoints by itself: SQLite's own close-time checkpoint (and the WAL's
+    // deletion after it) would also run through a connection whose files were swapped. The
+    // store checkpoints on close when its files are still its own (`Drop for Store`).
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .sql("keeping the WAL on close")?;
+    Ok(conn)
 }
 
 /// A JSON value in the compact style upstream stores event payloads in.

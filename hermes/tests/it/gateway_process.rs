@@ -267,13 +267,13 @@ fn a_board_that_cannot_be_written_costs_nothing_and_is_reported_once_with_its_ca
     let card = scratch.create("waits for disk space", &["--triage"]);
     wait_until(
         "the gateway to report that it cannot record the attempt",
-        || gateway.count("could not be recorded") > 0,
+        || gateway.count("cannot record an attempt") > 0,
         || gateway.log(),
     );
     // Many ticks later (0.1 s each): still one WARN for the one condition, no request at all.
     std::thread::sleep(Duration::from_millis(1_500));
     assert_eq!(
-        gateway.count("could not be recorded"),
+        gateway.count("cannot record an attempt"),
         1,
         "{}",
         gateway.log()
@@ -284,7 +284,7 @@ fn a_board_that_cannot_be_written_costs_nothing_and_is_reported_once_with_its_ca
         .lock()
         .unwrap()
         .iter()
-        .find(|l| l.contains("could not be recorded"))
+        .find(|l| l.contains("cannot record an attempt"))
         .cloned()
         .unwrap_or_default();
     assert!(

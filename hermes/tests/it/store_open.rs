@@ -1,20 +1,22 @@
-//! What closing a board leaves on disk: the WAL stays (so a CLI call pays one `fsync`, not five),
-//! every commit in it is readable by the next process, and it is emptied into `kanban.db` once it
-//! has grown past `WAL_CHECKPOINT_PAGES`.
+//! What closing a board leaves on disk, and what a store does when the files around
+//! `kanban.db` are swapped under it: after a close `kanban.db` alone is the whole board (the WAL
+//! is emptied into it); a `-wal` or `-shm` replaced or deleted under an open store reopens the
+//! board before the next transaction; a replaced `kanban.db` closes the store for good.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use hermes::store::{NewTask, Store, WAL_CHECKPOINT_PAGES};
+use hermes::store::{BoardPart, FileChange, NewTask, Store, StoreError, CLOSE_CHECKPOINT_WAIT};
 use rusqlite::{Connection, OpenFlags};
 
-fn wal(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
+fn part(db: &Path, part: BoardPart) -> PathBuf {
+    part.path(db)
 }
 
 fn wal_len(db: &Path) -> u64 {
-    std::fs::metadata(wal(db)).map(|m| m.len()).unwrap_or(0)
+    std::fs::metadata(part(db, BoardPart::Wal))
+        .map(|m| m.len())
+        .unwrap_or(0)
 }
 
 fn card(title: &str) -> NewTask {
@@ -32,87 +34,133 @@ fn cards_seen_by_a_fresh_reader(db: &Path) -> i64 {
         .unwrap()
 }
 
-#[test]
-fn closing_a_board_leaves_the_wal_and_loses_no_commit() {
+/// Cards in a copy of `kanban.db` alone, as a backup of that one file would hold them.
+fn cards_in_a_copy_of_the_file_alone(db: &Path) -> i64 {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("kanban.db");
-    drop(Store::open(&db).unwrap());
-    let mut store = Store::open(&db).unwrap();
-    store.create_task(&card("one")).unwrap();
-    drop(store);
-    assert!(wal(&db).exists(), "the WAL is kept on close");
-    assert!(wal_len(&db) > 0, "the commit is in the WAL");
-    assert_eq!(cards_seen_by_a_fresh_reader(&db), 1);
-
-    // A second process appends to the WAL it finds instead of starting over.
-    let before = wal_len(&db);
-    let mut store = Store::open(&db).unwrap();
-    store.create_task(&card("two")).unwrap();
-    drop(store);
-    assert!(wal_len(&db) > before, "{} <= {before}", wal_len(&db));
-    assert_eq!(cards_seen_by_a_fresh_reader(&db), 2);
+    let copy = dir.path().join("kanban.db");
+    std::fs::copy(db, &copy).unwrap();
+    cards_seen_by_a_fresh_reader(&copy)
 }
 
 #[test]
-fn a_wal_past_the_threshold_is_emptied_into_the_board_on_close() {
+fn after_a_close_kanban_db_alone_is_the_whole_board() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("kanban.db");
-    let threshold = WAL_CHECKPOINT_PAGES * (4096 + 24);
-    let mut created = 0;
-    let mut largest = 0;
-    // Each call in its own store, as the CLI does; stop at the first close that empties it.
-    loop {
+    for n in 1..=3 {
         let mut store = Store::open(&db).unwrap();
-        store
-            .create_task(&card(&format!("card {created}")))
-            .unwrap();
-        created += 1;
-        let open_len = wal_len(&db);
+        store.create_task(&card(&format!("card {n}"))).unwrap();
+        assert!(wal_len(&db) > 0, "the commit went through the WAL");
         drop(store);
-        largest = largest.max(open_len);
-        if wal_len(&db) == 0 {
-            assert!(
-                open_len > threshold,
-                "emptied at {open_len} bytes, below the {threshold}-byte threshold"
-            );
-            break;
-        }
-        assert!(
-            open_len <= threshold,
-            "a {open_len}-byte WAL past the {threshold}-byte threshold was left on close"
-        );
-        assert!(created < 1000, "the WAL was never emptied");
+        assert_eq!(wal_len(&db), 0, "the close emptied the WAL into kanban.db");
+        assert_eq!(cards_in_a_copy_of_the_file_alone(&db), n);
     }
-    assert!(largest > threshold);
-    assert_eq!(cards_seen_by_a_fresh_reader(&db), created);
-    // The board file itself now holds every card: without its WAL it still reads them all.
-    std::fs::remove_file(wal(&db)).unwrap();
-    let _ = std::fs::remove_file(dir.path().join("kanban.db-shm"));
-    assert_eq!(cards_seen_by_a_fresh_reader(&db), created);
 }
 
 #[test]
-fn a_busy_board_does_not_make_close_wait() {
+fn a_reader_holding_the_wal_delays_the_close_by_a_bounded_wait_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("kanban.db");
-    let threshold = WAL_CHECKPOINT_PAGES * (4096 + 24);
-    // A reader in the middle of a transaction (as a gateway's tick may be) pins the WAL.
     drop(Store::open(&db).unwrap());
+    // A reader in the middle of a transaction pins the WAL: nothing past its snapshot can be
+    // copied into kanban.db until it ends.
     let reader = Connection::open(&db).unwrap();
     reader.execute_batch("BEGIN").unwrap();
     let _: i64 = reader
         .query_row("SELECT count(*) FROM tasks", [], |r| r.get(0))
         .unwrap();
     let mut store = Store::open(&db).unwrap();
-    while wal_len(&db) <= threshold {
-        store.create_task(&card("filler")).unwrap();
-    }
-    let started = std::time::Instant::now();
+    store.create_task(&card("committed while read")).unwrap();
+    let started = Instant::now();
     drop(store);
+    let waited = started.elapsed();
     assert!(
-        started.elapsed() < std::time::Duration::from_secs(1),
-        "close waited {:?} for the reader",
-        started.elapsed()
+        waited < CLOSE_CHECKPOINT_WAIT + Duration::from_millis(500),
+        "close waited {waited:?} for the reader"
     );
+    assert!(wal_len(&db) > 0, "the commit is still in the WAL");
     reader.execute_batch("COMMIT").unwrap();
+    drop(reader);
+    assert_eq!(cards_seen_by_a_fresh_reader(&db), 1);
+    // The next close folds it in.
+    drop(Store::open(&db).unwrap());
+    assert_eq!(cards_in_a_copy_of_the_file_alone(&db), 1);
+}
+
+/// Replaces the file at `path` with a copy of itself, as a sync or restore tool does.
+fn replace_with_a_copy(path: &Path) {
+    let copy = path.with_extension("copy");
+    std::fs::copy(path, &copy).unwrap();
+    std::fs::rename(&copy, path).unwrap();
+}
+
+#[test]
+fn a_wal_index_replaced_under_a_store_reopens_the_board_before_the_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("kanban.db");
+    let mut store = Store::open(&db).unwrap();
+    store.create_task(&card("before")).unwrap();
+    replace_with_a_copy(&part(&db, BoardPart::Shm));
+    // Another process writes through the index now at the path.
+    let mut other = Store::open(&db).unwrap();
+    other.create_task(&card("by another process")).unwrap();
+    assert!(
+        matches!(
+            store.list(&Default::default()),
+            Err(StoreError::FilesChanged { .. })
+        ),
+        "a read through the stale index is refused"
+    );
+    store.create_task(&card("after")).unwrap();
+    assert_eq!(
+        store.take_file_changes(),
+        [FileChange {
+            part: BoardPart::Shm,
+            deleted: false
+        }]
+    );
+    assert_eq!(store.list(&Default::default()).unwrap().len(), 3);
+    drop(other);
+    drop(store);
+    assert_eq!(cards_in_a_copy_of_the_file_alone(&db), 3);
+}
+
+#[test]
+fn a_wal_deleted_under_a_long_lived_store_loses_no_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("kanban.db");
+    // As the gateway's: every commit is also copied into kanban.db at once.
+    let mut store = Store::open(&db).unwrap();
+    store.checkpoint_every_commit().unwrap();
+    store.create_task(&card("one")).unwrap();
+    std::fs::remove_file(part(&db, BoardPart::Wal)).unwrap();
+    store.create_task(&card("two")).unwrap();
+    assert_eq!(
+        store.take_file_changes(),
+        [FileChange {
+            part: BoardPart::Wal,
+            deleted: true
+        }]
+    );
+    drop(store);
+    assert_eq!(cards_in_a_copy_of_the_file_alone(&db), 2);
+}
+
+#[test]
+fn a_replaced_board_file_closes_the_store_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("kanban.db");
+    let mut store = Store::open(&db).unwrap();
+    store.create_task(&card("on the old file")).unwrap();
+    replace_with_a_copy(&db);
+    for _ in 0..2 {
+        let refused = store.create_task(&card("never written")).unwrap_err();
+        assert!(
+            refused.to_string().starts_with(
+                "kanban.db was replaced by another file while this process had the board"
+            ),
+            "{refused}"
+        );
+    }
+    drop(store);
+    assert_eq!(cards_seen_by_a_fresh_reader(&db), 1);
 }

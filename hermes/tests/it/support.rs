@@ -248,7 +248,7 @@ pub fn status_reply(status: u16) -> Reply {
 /// A running `hermes gateway run`, its stderr collected line by line. Stopped with SIGTERM by
 /// [`Gateway::stop`], or killed when dropped.
 pub struct Gateway {
-    child: std::process::Child,
+    pub child: std::process::Child,
     lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     reader: Option<std::thread::JoinHandle<()>>,
 }

@@ -1,0 +1,295 @@
+//! Time the reference cannot trust: a wall clock that jumps forward under a running gateway
+//! neither widens the hourly ceiling nor ends a provider pause (the process measures what it
+//! waits for with a monotonic clock), and rows a clock that ran ahead left dated in the future
+//! keep no card and no pause waiting longer than their own wait, once the clock is corrected.
+//!
+//! The gateway's wall clock is moved with libfaketime (see `fixtures::faketime`): only
+//! `CLOCK_REALTIME`, the monotonic clock runs true. Each test shows the jump reached the
+//! gateway: its log lines are dated by the faked clock.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fixtures::faketime::{log_times, FakeClock};
+use fixtures::prelude::*;
+use rstest::rstest;
+
+use crate::support::{span_of_ticks, STOP_GRACE};
+use crate::PROBE_TICKS;
+
+/// How far the wall clock jumps ahead: past the ceiling's rolling hour and past the pause.
+const JUMP: Duration = Duration::from_secs(2 * 3600 + 60);
+
+/// Starts the gateway on `board` with its wall clock on `clock`.
+fn gateway_on(board: &Board, clock: &FakeClock) -> Gateway {
+    let mut spec = board.gateway_spec().stop_grace(STOP_GRACE);
+    for (name, value) in clock.env() {
+        spec = spec.env_var(name, value);
+    }
+    Gateway::spawn(spec)
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        })
+}
+
+/// Whether a line of `log` written after `since` (the test's real unix seconds) is dated at
+/// least an hour ahead of the real clock: the jump reached the gateway.
+fn jump_seen_in(log: &str, since: i64) -> bool {
+    log_times(log)
+        .into_iter()
+        .any(|at| at >= since + 3600 && at <= unix_now() + JUMP.as_secs() as i64 + 60)
+}
+
+/// The hourly ceiling of the ceiling test.
+const CEILING: u32 = 2;
+
+#[rstest]
+fn a_forward_jump_of_the_wall_clock_does_not_widen_the_hourly_ceiling(
+    #[with(Config::gateway().calls_per_hour(CEILING))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    let clock = FakeClock::new(board.root(), 0);
+    let cards: Vec<String> = (0..CEILING * 2)
+        .map(|i| board.create(&format!("idea {i}"), &["--triage"]))
+        .collect();
+
+    let mut window = Window::start();
+    let gateway = gateway_on(&board, &clock);
+    // Nothing more may be decomposed at the ceiling, so probes cannot prove ticks: the watches
+    // span ticks by the clock, between the gateway ticking before (the bills) and after (the
+    // rest decomposed once the ceiling is raised).
+    window
+        .bills(
+            &board,
+            &gateway,
+            CEILING as usize,
+            || aux.bills(),
+            "the calls the hour has room for",
+        )
+        .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    let jumped_at = unix_now();
+    clock.set_offset(JUMP.as_secs() as i64);
+    window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    let after_jump = aux.bills();
+    board.reconfigure(Config::gateway().calls_per_hour(100));
+    let mut raised = Window::start();
+    raised.left_triage(
+        &board,
+        &gateway,
+        &cards,
+        target.first_bill_timeout(),
+        "every card decomposed once the ceiling is raised",
+    );
+    let log = gateway.log();
+    drop(gateway);
+
+    holds(
+        "the gateway's wall clock jumped ahead",
+        jump_seen_in(&log, jumped_at),
+    )
+    .over(&raised)
+    .context(|| log.clone())
+    .gap(GapKind::HourlyCeilingExceeded);
+    bound(
+        format!(
+            "paid calls at a ceiling of {CEILING} an hour, the wall clock jumped {} min ahead",
+            JUMP.as_secs() / 60
+        ),
+        after_jump,
+    )
+    .exactly(CEILING)
+    .over(&window)
+    .note(|| format!("billed in order: {:?}", aux.billed_ids()))
+    .gap(GapKind::HourlyCeilingExceeded);
+    let decomposed = cards
+        .iter()
+        .filter(|card| board.rows().status(card) != "triage")
+        .count();
+    bound("cards decomposed once the ceiling is raised", decomposed)
+        .exactly(cards.len())
+        .over(&raised)
+        .gap(GapKind::PauseNeverEnded);
+}
+
+#[rstest]
+fn a_forward_jump_of_the_wall_clock_does_not_end_a_provider_pause(
+    #[with(Config::gateway().cooldown(3600.0).backoff(crate::SHORT_BACKOFF))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    let clock = FakeClock::new(board.root(), 0);
+    let cards: Vec<String> = (0..3)
+        .map(|i| board.create(&format!("waiting card {i}"), &["--triage"]))
+        .collect();
+    aux.reply_default(Reply::http_error(401, "invalid api key"));
+
+    let mut window = Window::start();
+    let gateway = gateway_on(&board, &clock);
+    window
+        .bills(&board, &gateway, 1, || aux.bills(), "the refused call")
+        .until(
+            &gateway,
+            target.first_bill_timeout(),
+            "the pause recorded",
+            || {
+                cards
+                    .iter()
+                    .any(|card| !board.rows().events(card, "decompose_failed").is_empty())
+            },
+        );
+    let jumped_at = unix_now();
+    clock.set_offset(JUMP.as_secs() as i64);
+    // Nothing may be decomposed while paused: the watch spans ticks by the clock, between the
+    // gateway ticking before (the refusal) and after (the cards decomposed after `resume`).
+    window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    let after_jump = aux.bills();
+    aux.reply_default(Reply::default_single());
+    board.cli(["kanban", "resume"]);
+    let mut resumed = Window::start();
+    resumed.left_triage(
+        &board,
+        &gateway,
+        &cards,
+        target.first_bill_timeout(),
+        "every waiting card decomposed after `kanban resume`",
+    );
+    let log = gateway.log();
+    drop(gateway);
+
+    holds(
+        "the gateway's wall clock jumped ahead",
+        jump_seen_in(&log, jumped_at),
+    )
+    .over(&resumed)
+    .context(|| log.clone())
+    .gap(GapKind::ProviderFaultNotPaused);
+    bound(
+        format!(
+            "bills under a 60 min pause, the wall clock jumped {} min ahead",
+            JUMP.as_secs() / 60
+        ),
+        after_jump,
+    )
+    .exactly(1)
+    .over(&window)
+    .note(|| format!("billed in order: {:?}", aux.billed_ids()))
+    .gap(GapKind::ProviderFaultNotPaused);
+    let decomposed = cards
+        .iter()
+        .filter(|card| board.rows().status(card) != "triage")
+        .count();
+    bound("waiting cards decomposed after `kanban resume`", decomposed)
+        .exactly(cards.len())
+        .over(&resumed)
+        .gap(GapKind::RecoveryFailed);
+}
+
+/// How far ahead the clock ran when the rows were written.
+const AHEAD: Duration = Duration::from_secs(86_400);
+
+/// The provider pause after the refusal in the clock-set-back test: short, so a pause re-dated
+/// to now has ended long before the test does.
+const SHORT_PAUSE: f64 = 1.0;
+
+#[rstest]
+fn rows_a_clock_that_ran_ahead_dated_in_the_future_keep_nothing_waiting_past_its_own_wait(
+    #[with(Config::plain().cooldown(SHORT_PAUSE).backoff(0.05).retries(0))] board: Board,
+) {
+    let target = board.target();
+    let aux = board.aux();
+    let failed = board.create("failed while the clock ran a day ahead", &["--triage"]);
+    let refused = board.create("refused while the clock ran a day ahead", &["--triage"]);
+    aux.reply(&failed, Reply::malformed());
+    aux.reply(&refused, Reply::http_error(401, "invalid api key"));
+    // A sweep run while the clock was a day ahead: a failure (its backoff), a refusal (the
+    // board's pause) and their ledger rows, all dated a day ahead.
+    let ahead = FakeClock::new(board.root(), AHEAD.as_secs() as i64);
+    let mut env = board.env();
+    env.extend(ahead.env());
+    let sweep = fixtures::cli::run(
+        target,
+        ["kanban", "decompose", "--all", "--json"]
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+        env,
+        board.root(),
+        target.cli_timeout(&["kanban", "decompose", "--all"]),
+    );
+    let dated_ahead: Vec<i64> = board
+        .rows()
+        .ledger(&failed)
+        .iter()
+        .chain(&board.rows().ledger(&refused))
+        .filter_map(|row| row.columns["started_at_ms"].as_i64())
+        .collect();
+    aux.reply_default(Reply::default_single());
+    aux.reply(&failed, Reply::default_single());
+    aux.reply(&refused, Reply::default_single());
+
+    // The clock is correct again: a gateway on the real clock.
+    board.reconfigure(Config::gateway().cooldown(SHORT_PAUSE).backoff(0.05));
+    let mut window = Window::start();
+    let gateway = Gateway::spawn(board.gateway_spec().stop_grace(STOP_GRACE));
+    window.left_triage(
+        &board,
+        &gateway,
+        &[failed.clone(), refused.clone()],
+        Duration::from_secs_f64(SHORT_PAUSE) + target.first_bill_timeout(),
+        "both cards decomposed within their own waits",
+    );
+    let log = gateway.log();
+    drop(gateway);
+
+    let now_ms = i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis()),
+    )
+    .unwrap_or(i64::MAX);
+    holds(
+        "the sweep's rows were dated a day ahead",
+        dated_ahead.len() == 2 && dated_ahead.iter().all(|at| *at > now_ms + 3_600_000),
+    )
+    .note(|| format!("ledger rows started at {dated_ahead:?} (ms), now {now_ms}"))
+    .context(|| sweep.to_string())
+    .gap(GapKind::BackoffIgnored);
+    bound(
+        "cards left waiting by rows a corrected clock dated a day ahead",
+        [&failed, &refused]
+            .iter()
+            .filter(|card| board.rows().status(card) == "triage")
+            .count(),
+    )
+    .at_most(0)
+    .over(&window)
+    .context(|| format!("{}\n{}", board.diag(&failed), board.diag(&refused)))
+    .gap(GapKind::PauseNeverEnded);
+    let still_ahead: Vec<i64> = board
+        .rows()
+        .ledger(&failed)
+        .iter()
+        .chain(&board.rows().ledger(&refused))
+        .filter_map(|row| row.columns["started_at_ms"].as_i64())
+        .filter(|at| *at > now_ms + 60_000)
+        .collect();
+    bound("ledger rows still dated in the future", still_ahead.len())
+        .at_most(0)
+        .over(&window)
+        .note(|| format!("started at {still_ahead:?} (ms), now {now_ms}"))
+        .gap(GapKind::HourlyCeilingExceeded);
+    let said = log
+        .lines()
+        .filter(|line| line.contains(" WARN ") && line.contains("re-dated"))
+        .count();
+    bound("WARN lines saying rows were re-dated", said)
+        .exactly(1)
+        .over(&window)
+        .context(|| log.clone())
+        .gap(GapKind::CallNotVisible);
+}
