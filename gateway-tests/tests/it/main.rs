@@ -14,6 +14,7 @@ mod budget;
 mod claims;
 mod config_extremes;
 mod decomposer;
+mod explore;
 mod fairness;
 mod faults;
 mod hang;

@@ -5,9 +5,11 @@
 //!
 //! | submodule | concern |
 //! |---|---|
+//! | `explore` | the explorer's own checks, each made to fire by acting on the gateway from outside |
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
 
+mod explore;
 mod misconfiguration;
 mod recovery;
 
