@@ -15,6 +15,7 @@ mod claims;
 mod config_extremes;
 mod config_file;
 mod decomposer;
+mod explore;
 mod fairness;
 mod faults;
 mod hang;

