@@ -300,8 +300,11 @@ fn wal_files_swapped_under_the_gateway_lose_nothing_acknowledged(
         .map(|card| board.aux().billed_for(card))
         .max()
         .unwrap_or(0);
+    // A WAL deleted right after a commit that no checkpoint had copied yet (a reader of the
+    // board held the checkpoint back) takes that commit with it: the card's applied reply can be
+    // lost once, and the card billed once more. Never more: the next swap waits for the card.
     bound("most bills for one card created between swaps", most)
-        .at_most(1)
+        .at_most(2)
         .over(window)
         .gap(GapKind::RebilledAfterDecompose);
 }

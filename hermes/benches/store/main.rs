@@ -84,9 +84,18 @@ fn run(criterion: &mut Criterion) -> anyhow::Result<()> {
 fn tick(store: &mut Store, now: i64, exclude: &HashSet<String>) -> Result<Vec<String>, StoreError> {
     // As the gateway's tick runs them: each through one board call, which looks at the board's
     // files once.
-    store.refreshed(|s| s.recover_abandoned(now, exclude, MAX_ATTEMPTS))?;
-    let picked =
-        store.refreshed(|s| auto::pick(s, now, CALLS_PER_HOUR, PER_TICK, exclude, false))?;
+    store.refreshed(|s| s.recover_abandoned(now, exclude, MAX_ATTEMPTS, Origin::Gateway))?;
+    let picked = store.refreshed(|s| {
+        auto::pick(
+            s,
+            now,
+            CALLS_PER_HOUR,
+            PER_TICK,
+            exclude,
+            false,
+            Origin::Gateway,
+        )
+    })?;
     match picked {
         Picked::Due { cards, .. } => Ok(cards),
         Picked::Paused { .. } | Picked::Ceiling { .. } => Ok(Vec::new()),

@@ -41,12 +41,13 @@ pub fn pick(
     slots: usize,
     exclude: &HashSet<String>,
     full_sync: bool,
+    by: Origin,
 ) -> Result<Picked, StoreError> {
     store.sync_decompose_state(now_ms, full_sync)?;
     match store.auto_gate(now_ms, calls_per_hour)? {
         AutoGate::Open { calls_left } => {
             let limit = slots.min(usize::try_from(calls_left).unwrap_or(usize::MAX));
-            let (cards, set_aside) = store.pick_due(now_ms, limit, exclude)?;
+            let (cards, set_aside) = store.pick_due(now_ms, limit, exclude, by)?;
             Ok(Picked::Due { cards, set_aside })
         }
         AutoGate::Paused { until_ms, reason } => Ok(Picked::Paused { until_ms, reason }),
@@ -63,6 +64,7 @@ pub async fn recover(
     ours_running: &HashSet<String>,
     max_attempts: u32,
     redate: bool,
+    by: Origin,
 ) -> Result<Recovered, BoardError> {
     let ours = ours_running.clone();
     board
@@ -76,7 +78,7 @@ pub async fn recover(
             };
             Ok(Recovered {
                 redated,
-                ..s.recover_abandoned(now, &ours, max_attempts)?
+                ..s.recover_abandoned(now, &ours, max_attempts, by)?
             })
         })
         .await
@@ -203,6 +205,7 @@ pub async fn sweep(
         &HashSet::new(),
         ctx.config.kanban.decompose_max_attempts,
         true,
+        Origin::Sweep,
     )
     .await?;
     let calls_per_hour = ctx.config.kanban.decompose_calls_per_hour;
@@ -212,7 +215,17 @@ pub async fn sweep(
     loop {
         let exclude = tried.clone();
         let picked = board
-            .call(move |s| pick(s, now_ms(), calls_per_hour, 1, &exclude, full_sync))
+            .call(move |s| {
+                pick(
+                    s,
+                    now_ms(),
+                    calls_per_hour,
+                    1,
+                    &exclude,
+                    full_sync,
+                    Origin::Sweep,
+                )
+            })
             .await?;
         full_sync = false;
         let id = match picked {

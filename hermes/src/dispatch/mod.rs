@@ -357,13 +357,22 @@ impl Dispatcher {
         if redate {
             self.redate_checked = Some(Instant::now());
         }
-        match auto::recover(&self.board, &ours, max_attempts, redate).await {
+        match auto::recover(&self.board, &ours, max_attempts, redate, Origin::Gateway).await {
             Ok(recovered) => {
                 if self.recover_notice.clear() {
                     info!("abandoned attempts can be closed again");
                 }
+                let mut recovered = recovered;
+                let parked = std::mem::take(&mut recovered.parked);
                 if let Some(line) = auto::describe_recovered(&recovered) {
                     warn!("{line}");
+                }
+                for card in &parked {
+                    warn_parked(
+                        card,
+                        "its last automatic attempt was abandoned before it could record how it \
+                         went (its request may have been billed)",
+                    );
                 }
             }
             // Its own condition, apart from picking cards: a board that takes no writes fails
@@ -593,7 +602,17 @@ impl Dispatcher {
         let exclude = self.in_flight_ids.clone();
         let picked = self
             .board
-            .call(move |s| auto::pick(s, now, calls_per_hour, slots, &exclude, false))
+            .call(move |s| {
+                auto::pick(
+                    s,
+                    now,
+                    calls_per_hour,
+                    slots,
+                    &exclude,
+                    false,
+                    Origin::Gateway,
+                )
+            })
             .await;
         let due = match picked {
             Err(err) => {
@@ -628,7 +647,7 @@ impl Dispatcher {
             Ok(Picked::Due { cards, set_aside }) => {
                 // Each is parked now, so this is its one WARN.
                 for card in &set_aside {
-                    warn!(card = %card.task_id, "{}", auto::describe_set_aside(card));
+                    warn_set_aside(&card.task_id, &card.why);
                 }
                 cards
             }
@@ -761,9 +780,9 @@ impl Dispatcher {
                 attempt,
                 reason,
                 ..
-            } => warn!(
-                card = %task_id,
-                "parked after {attempt} failed attempts (last: {reason}); run `hermes kanban decompose {task_id}` to try again by hand"
+            } => warn_parked(
+                &task_id,
+                &format!("{attempt} automatic attempts failed (last: {reason})"),
             ),
             AttemptOutcome::Refused {
                 refusal: BeginRefusal::Parked { attempts },
@@ -772,12 +791,21 @@ impl Dispatcher {
                 // The due query never offers a parked card, so this card's budget was spent
                 // by an attempt that never finished, or the budget was lowered; it was parked
                 // just now.
-                warn!(
-                    card = %task_id,
-                    "parked after {attempts} attempts (kanban.decompose_max_attempts is {}); run \
-                     `hermes kanban decompose {task_id}` to try again by hand",
-                    self.config.kanban.decompose_max_attempts
+                warn_parked(
+                    &task_id,
+                    &format!(
+                        "{attempts} attempts reached kanban.decompose_max_attempts ({})",
+                        self.config.kanban.decompose_max_attempts
+                    ),
                 );
+            }
+            AttemptOutcome::Refused {
+                refusal: BeginRefusal::Unreadable { why },
+                ..
+            } => {
+                // The due query sets unreadable cards aside, so this row changed since it was
+                // picked, and the attempt's start parked it just now.
+                warn_set_aside(&task_id, why);
             }
             AttemptOutcome::Refused { .. } => {
                 debug!(card = %task_id, "not attempted: {}", outcome.reason());
@@ -793,6 +821,25 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// The one WARN a gateway gives each card it parks (contract §7, B9), with the fields the suite
+/// counts it by (`event=decompose_parked card=ID`), and what a person does about it.
+fn warn_parked(task_id: &str, why: &str) {
+    warn!(
+        event = "decompose_parked",
+        card = %task_id,
+        "parked {task_id}: {why}; no automatic path bills it again. Once its cause is fixed, \
+         `hermes kanban unpark {task_id}` gives it a fresh budget"
+    );
+}
+
+/// [`warn_parked`] for a card whose text cannot be sent.
+fn warn_set_aside(task_id: &str, why: &str) {
+    warn_parked(
+        task_id,
+        &format!("set aside without a request: {why} (written by another tool?)"),
+    );
 }
 
 #[cfg(test)]

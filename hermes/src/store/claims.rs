@@ -25,7 +25,9 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::json;
 
 use super::board::add_event;
+use super::decompose::announce_parked;
 use super::{lenient, SqlResultExt, Store, StoreError};
+use crate::core::Origin;
 use crate::process;
 
 /// Ledger outcome of a request whose process ended before recording how it went.
@@ -122,6 +124,7 @@ impl Store {
         now_ms: i64,
         ours_running: &HashSet<String>,
         max_attempts: u32,
+        by: Origin,
     ) -> Result<Recovered, StoreError> {
         if !self.read(|conn| anything_to_recover(conn, now_ms, ours_running))? {
             return Ok(Recovered::default());
@@ -137,7 +140,7 @@ impl Store {
                     claim.state(now_ms)
                 };
                 if state != ClaimState::Held {
-                    abandon(tx, &claim, state, now_ms, max_attempts, &mut recovered)?;
+                    abandon(tx, &claim, state, now_ms, max_attempts, by, &mut recovered)?;
                 }
             }
             recovered.closed_rows += close_unclaimed_rows(tx, now_ms)?;
@@ -302,6 +305,7 @@ pub(crate) fn abandon(
     state: ClaimState,
     now_ms: i64,
     max_attempts: u32,
+    by: Origin,
     recovered: &mut Recovered,
 ) -> Result<(), StoreError> {
     let why = why_abandoned(claim, state);
@@ -379,12 +383,7 @@ pub(crate) fn abandon(
         )?;
         recovered.failed.push(claim.task_id.clone());
         if park {
-            add_event(
-                tx,
-                &claim.task_id,
-                "decompose_parked",
-                Some(&json!({"attempts": attempts, "reason": reason})),
-            )?;
+            announce_parked(tx, &claim.task_id, attempts, &reason, by)?;
             recovered.parked.push(claim.task_id.clone());
         }
     }

@@ -292,12 +292,13 @@ impl Store {
         now_ms: i64,
         limit: usize,
         exclude: &std::collections::HashSet<String>,
+        by: Origin,
     ) -> Result<(Vec<String>, Vec<SetAside>), StoreError> {
         let (due, set_aside) = self.read(|conn| due_rows(conn, now_ms, limit, exclude))?;
         if !set_aside.is_empty() {
             self.write(|tx| {
                 for card in &set_aside {
-                    park_unreadable(tx, &card.task_id, &card.why, now_ms)?;
+                    park_unreadable(tx, &card.task_id, &card.why, now_ms, by)?;
                 }
                 Ok(())
             })?;
@@ -424,6 +425,7 @@ fn park_unreadable(
     task_id: &str,
     why: &str,
     now_ms: i64,
+    by: Origin,
 ) -> Result<(), StoreError> {
     let reason = format!("set aside without a request: {why}");
     tx.execute(
@@ -435,11 +437,24 @@ fn park_unreadable(
     )
     .sql("setting aside a card that cannot be read")?;
     let attempts = state_row(tx, task_id)?.map_or(0, |s| s.attempts);
+    announce_parked(tx, task_id, attempts, &reason, by)
+}
+
+/// The `decompose_parked` event, written wherever a card is parked: how many attempts it had,
+/// why, and which path parked it (`by`: the process that owes the card's one WARN, when it is a
+/// gateway).
+pub(crate) fn announce_parked(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    attempts: u32,
+    reason: &str,
+    by: Origin,
+) -> Result<(), StoreError> {
     add_event(
         tx,
         task_id,
         "decompose_parked",
-        Some(&json!({"attempts": attempts, "reason": reason})),
+        Some(&json!({"attempts": attempts, "reason": reason, "by": by.as_str()})),
     )?;
     Ok(())
 }
@@ -483,13 +498,14 @@ fn begin_attempt(
             state,
             policy.now_ms,
             policy.max_attempts,
+            policy.origin,
             &mut Recovered::default(),
         )?;
     }
     let state = state_row(tx, task_id)?;
     if let Some(why) = &card.unreadable {
         if policy.origin.is_automatic() && state.as_ref().is_none_or(|s| s.parked_at_ms.is_none()) {
-            park_unreadable(tx, task_id, why, policy.now_ms)?;
+            park_unreadable(tx, task_id, why, policy.now_ms, policy.origin)?;
         }
         return Ok(Err(BeginRefusal::Unreadable { why: why.clone() }));
     }
@@ -566,17 +582,15 @@ fn park_spent_card(
         params![task_id, policy.now_ms, attempts],
     )
     .sql("parking a card whose budget is spent")?;
-    add_event(
+    announce_parked(
         tx,
         task_id,
-        "decompose_parked",
-        Some(&json!({
-            "attempts": attempts,
-            "reason": format!(
-                "{attempts} attempts reached kanban.decompose_max_attempts ({})",
-                policy.max_attempts
-            ),
-        })),
+        attempts,
+        &format!(
+            "{attempts} attempts reached kanban.decompose_max_attempts ({})",
+            policy.max_attempts
+        ),
+        policy.origin,
     )?;
     Ok(())
 }
@@ -665,11 +679,12 @@ fn record_failure(
         })),
     )?;
     if failure.park && !already_parked {
-        add_event(
+        announce_parked(
             tx,
             task_id,
-            "decompose_parked",
-            Some(&json!({"attempts": failure.attempt, "reason": failure.reason})),
+            failure.attempt,
+            &failure.reason,
+            failure.origin,
         )?;
     }
     if let Some(pause) = &failure.pause {

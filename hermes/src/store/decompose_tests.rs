@@ -598,7 +598,9 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
                 .unwrap();
         }
         Crashed::WithClaim => {
-            let recovered = store.recover_abandoned(later, &none, MAX_ATTEMPTS).unwrap();
+            let recovered = store
+                .recover_abandoned(later, &none, MAX_ATTEMPTS, Origin::Gateway)
+                .unwrap();
             assert_eq!(
                 recovered,
                 Recovered {
@@ -718,7 +720,7 @@ fn the_budget_parks_once_even_when_a_parked_card_fails_again_by_hand() {
     assert_eq!(last_failed["next_attempt_at"], Value::Null);
     assert_eq!(
         payloads_of(&store, &id, "decompose_parked"),
-        vec![json!({"attempts": 3, "reason": "reply rejected: attempt 3"})]
+        vec![json!({"attempts": 3, "reason": "reply rejected: attempt 3", "by": "gateway"})]
     );
     assert_eq!(
         begin(&mut store, &id, Origin::Gateway, parked_at + BACKOFF_MS),
@@ -1767,9 +1769,17 @@ fn a_card_whose_text_is_not_text_is_set_aside_once_and_never_takes_a_slot() {
             params![vec![0u8, 159, 146, 150], blob],
         )
         .unwrap();
-    let now = now_ms() + 10;
+    // The fresh card is due last (cards made in the same millisecond are ordered by id): the
+    // unreadable ones ahead of it must not take its slot.
+    other
+        .execute(
+            "UPDATE hermes_decompose_state SET due_at_ms = due_at_ms + 1000 WHERE task_id = ?1",
+            [&fresh],
+        )
+        .unwrap();
+    let now = now_ms() + 2000;
     let none = HashSet::new();
-    let (due, set_aside) = store.pick_due(now, 1, &none).unwrap();
+    let (due, set_aside) = store.pick_due(now, 1, &none, Origin::Gateway).unwrap();
     assert_eq!(due, [fresh], "the one slot goes to the fresh card");
     let aside: Vec<&str> = set_aside.iter().map(|c| c.task_id.as_str()).collect();
     assert_eq!(aside, [latin1.as_str(), blob.as_str()]);
@@ -1784,7 +1794,11 @@ fn a_card_whose_text_is_not_text_is_set_aside_once_and_never_takes_a_slot() {
         set_aside[1]
     );
     // Parked: never picked again, and its row is shown as best it can be.
-    assert!(store.pick_due(now, 5, &none).unwrap().1.is_empty());
+    assert!(store
+        .pick_due(now, 5, &none, Origin::Gateway)
+        .unwrap()
+        .1
+        .is_empty());
     assert_eq!(kinds(&store, &latin1), ["created", "decompose_parked"]);
     let shown = store.get(&latin1).unwrap();
     assert_eq!(shown.title, "caf\u{fffd}");

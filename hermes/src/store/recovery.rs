@@ -11,6 +11,8 @@ use super::board::add_event;
 use super::claims::{abandon, claim_of, ClaimState, Recovered};
 use super::decompose::{state_row, StateRow};
 use super::guards::{board_pause, unreachable_pause, PAUSE_KEY, UNREACHABLE_KEY};
+use crate::core::Origin;
+
 use super::{lenient, BeginRefusal, SqlResultExt, Status, Store, StoreError};
 
 /// The board-state key recording the last `kanban resume`.
@@ -247,6 +249,7 @@ fn unpark(
             state,
             now_ms,
             max_attempts,
+            Origin::Manual,
             &mut Recovered::default(),
         )?;
     }

@@ -23,9 +23,9 @@ fn cards_whose_text_is_not_text_are_set_aside_unpaid_with_one_warning_each(
 
     let rows = board.rows();
     for card in &unreadable {
-        let warnings = log
-            .lines()
-            .filter(|line| line.contains(" WARN ") && line.contains(&format!("{card} set aside")))
+        let warnings = fixtures::gateway::parked_warnings(&log)
+            .iter()
+            .filter(|warned| *warned == card)
             .count();
         bound(format!("WARN lines setting {card} aside"), warnings)
             .exactly(1)
