@@ -38,9 +38,9 @@ use tools::workspace::Workspace;
     about = "Plant each realistic bug in tools/planted/ and count the ones the suite catches"
 )]
 struct Args {
-    /// Only the bugs whose file name contains this.
-    #[arg(long)]
-    only: Option<String>,
+    /// Only the bugs whose file name contains one of these (`--only unpark,ceiling`).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
     /// List the bugs and exit.
     #[arg(long)]
     list: bool,
@@ -88,8 +88,8 @@ fn main() -> std::process::ExitCode {
 fn run(args: Args) -> anyhow::Result<bool> {
     let ws = Workspace::locate()?;
     let mut bugs = read_bugs(&ws.root.join("tools").join("planted"))?;
-    if let Some(only) = &args.only {
-        bugs.retain(|bug| bug.name.contains(only.as_str()));
+    if !args.only.is_empty() {
+        bugs.retain(|bug| args.only.iter().any(|only| bug.name.contains(only.as_str())));
     }
     if args.list || bugs.is_empty() {
         for bug in &bugs {
@@ -168,12 +168,15 @@ fn run(args: Args) -> anyhow::Result<bool> {
         .iter()
         .filter(|o| o.verdict == "caught" || o.verdict == "missed")
         .count();
-    println!("{}", table(&outcomes));
-    println!(
-        "caught {caught} of {counted} ({:.0} %)",
+    let summary = format!(
+        "{}\ncaught {caught} of {counted} ({:.0} %)\n",
+        table(&outcomes),
         100.0 * caught as f64 / counted.max(1) as f64
     );
+    print!("{summary}");
     std::fs::create_dir_all(&out)?;
+    // For `cargo docs --take planted target/planted/report.md`.
+    std::fs::write(out.join("report.md"), &summary)?;
     std::fs::write(
         out.join("report.json"),
         serde_json::to_string_pretty(&serde_json::json!({
