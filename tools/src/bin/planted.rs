@@ -89,7 +89,11 @@ fn run(args: Args) -> anyhow::Result<bool> {
     let ws = Workspace::locate()?;
     let mut bugs = read_bugs(&ws.root.join("tools").join("planted"))?;
     if !args.only.is_empty() {
-        bugs.retain(|bug| args.only.iter().any(|only| bug.name.contains(only.as_str())));
+        bugs.retain(|bug| {
+            args.only
+                .iter()
+                .any(|only| bug.name.contains(only.as_str()))
+        });
     }
     if args.list || bugs.is_empty() {
         for bug in &bugs {

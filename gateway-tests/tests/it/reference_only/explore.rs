@@ -124,8 +124,8 @@ fn a_gateway_that_went_silent_with_a_probe_waiting_is_found() {
         "nothing else was found",
         run.findings.len() == silent.len() + locked_out.len(),
     )
-        .note(|| format!("{:?}", run.findings))
-        .gap(GapKind::DispatcherBlocked);
+    .note(|| format!("{:?}", run.findings))
+    .gap(GapKind::DispatcherBlocked);
 }
 
 #[test]
