@@ -17,25 +17,13 @@ const AHEAD: Duration = Duration::from_secs(86_400);
 fn resume_redates_rows_dated_ahead_and_says_so(
     #[with(Config::plain().cooldown(900.0).backoff(0.05).retries(0))] board: Board,
 ) {
-    let target = board.target();
     let aux = board.aux();
     let failed = board.create("failed while the clock ran a day ahead", &["--triage"]);
     let refused = board.create("refused while the clock ran a day ahead", &["--triage"]);
     aux.reply(&failed, Reply::malformed());
     aux.reply(&refused, Reply::http_error(401, "invalid api key"));
     let ahead = FakeClock::new(board.root(), AHEAD.as_secs() as i64);
-    let mut env = board.env();
-    env.extend(ahead.env());
-    let sweep_ahead = fixtures::cli::run(
-        target,
-        ["kanban", "decompose", "--all", "--json"]
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-        env,
-        board.root(),
-        target.cli_timeout(&["kanban", "decompose", "--all"]),
-    );
+    let sweep_ahead = board.cli_with_env(["kanban", "decompose", "--all", "--json"], ahead.env());
     let paused_before = board.cli_json(["kanban", "usage", "--json"])["pause"].clone();
 
     let resume = board.cli_unchecked(["kanban", "resume", "--json"]);

@@ -209,18 +209,7 @@ fn rows_a_clock_that_ran_ahead_dated_in_the_future_keep_nothing_waiting_past_its
     // A sweep run while the clock was a day ahead: a failure (its backoff), a refusal (the
     // board's pause) and their ledger rows, all dated a day ahead.
     let ahead = FakeClock::new(board.root(), AHEAD.as_secs() as i64);
-    let mut env = board.env();
-    env.extend(ahead.env());
-    let sweep = fixtures::cli::run(
-        target,
-        ["kanban", "decompose", "--all", "--json"]
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-        env,
-        board.root(),
-        target.cli_timeout(&["kanban", "decompose", "--all"]),
-    );
+    let sweep = board.cli_with_env(["kanban", "decompose", "--all", "--json"], ahead.env());
     let dated_ahead: Vec<i64> = board
         .rows()
         .ledger(&failed)
