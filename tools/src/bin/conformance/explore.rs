@@ -22,8 +22,8 @@ pub const DEFAULT_SCHEDULES: u64 = 20;
 
 /// `--ci`: the fixed seeds and schedules per seed CI explores (and `cargo planted` runs), on the
 /// reference and on a slower target. Fixed, so every CI run explores the same schedules.
-pub const CI_REFERENCE: (&[u64], u64) = (&[1, 2, 3], 35);
-pub const CI_EXTERNAL: (&[u64], u64) = (&[1], 3);
+pub const CI_REFERENCE: (&[u64], u64) = (&[1, 2, 3], 30);
+pub const CI_EXTERNAL: (&[u64], u64) = (&[1], 2);
 
 /// How long and how many runs one shrink may take on the reference, and on a slower target.
 const REFERENCE_SHRINK: (Duration, u32) = (Duration::from_secs(180), 200);

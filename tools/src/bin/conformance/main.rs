@@ -67,8 +67,8 @@ struct Args {
     /// printed].
     #[arg(long, value_delimiter = ',', requires = "explore")]
     seed: Vec<u64>,
-    /// CI's fixed exploration: seeds 1,2,3 with 35 schedules each on the reference, seed 1 with
-    /// 3 on another target.
+    /// CI's fixed exploration: seeds 1,2,3 with 30 schedules each on the reference, seed 1 with
+    /// 2 on another target.
     #[arg(long, requires = "explore", conflicts_with_all = ["seed", "schedules", "minutes", "replay"])]
     ci: bool,
     /// Schedules per seed [default: 20, or as many as fit with --minutes].
