@@ -519,13 +519,14 @@ fn a_claim_from_another_host_holds_the_card_for_its_attempts_span(board: Board) 
     let card = board.create("in flight on another host", &["--triage"]);
     aux.reply(&card, Reply::graph(2, &[]).delayed(CLAIM_HOLD));
 
-    let (first, second, done_at, shown) = std::thread::scope(|scope| {
+    let (first, second, done_at, shown, span) = std::thread::scope(|scope| {
         let first = scope.spawn(|| decompose_card(&board, &card));
         wait_until(
             || aux.billed_for(&card) > 0,
             board.target().cli_timeout(&["decompose"]),
             "the first decompose's request",
         );
+        let span = board.rows().claim_span_ms(&card);
         let claimed = board.rows().arrange_claim_from_another_host(&card);
         assert_eq!(claimed, 1, "the card in flight has no claim to move");
         let second = decompose_card(&board, &card);
@@ -535,8 +536,29 @@ fn a_claim_from_another_host_holds_the_card_for_its_attempts_span(board: Board) 
             Ok(run) => run,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        (first, second, done_at, shown)
+        (first, second, done_at, shown, span)
     });
+    // The claim must outlast every moment the attempt may still be sending, or a holder whose
+    // life cannot be checked is taken over mid-attempt (contract §7, B1): 10 s to start, the
+    // timeout of every try, the longest waits between tries, and 30 s of grace.
+    let config = board.config();
+    let timeout = config
+        .in_force(board.target(), Setting::CallTimeout)
+        .unwrap_or(120.0);
+    let retries = config
+        .in_force(board.target(), Setting::Retries)
+        .unwrap_or(2.0) as u32;
+    let waits: f64 = (1..=retries)
+        .map(|retry| (0.5 * 2f64.powi(retry as i32 - 1)).min(8.0))
+        .sum();
+    let owed_ms = ((10.0 + timeout * f64::from(retries + 1) + waits + 30.0) * 1000.0) as i64;
+    bound(
+        "the claim's span, in ms, short of every moment its attempt may send",
+        owed_ms - span.unwrap_or(0),
+    )
+    .at_most(0)
+    .note(|| format!("claim span {span:?} ms; timeout {timeout} s, {retries} retries"))
+    .gap(GapKind::InFlightRebilled);
 
     let times = aux.bill_times(&card);
     let reply_sent_at = times.first().map(|at| *at + CLAIM_HOLD);

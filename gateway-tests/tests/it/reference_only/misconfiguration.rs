@@ -378,3 +378,41 @@ fn a_bad_dotenv_line_is_a_warning_naming_it_and_the_key_below_it_still_bills(
         .context(|| log.clone())
         .gap(GapKind::SilentMisconfiguration);
 }
+
+#[rstest]
+fn a_config_that_cannot_be_read_as_text_stops_the_gateway_at_start_naming_the_file(
+    #[with(Config::gateway())] board: Board,
+) {
+    let card = board.create("an idea waiting on an unreadable config", &["--triage"]);
+    // The fixture's own config, whole and valid, with one byte that is not UTF-8 in a comment:
+    // the file cannot be read as text, and must not be taken for a missing one (the defaults).
+    let path = board.hermes_home().join("config.yaml");
+    let mut bytes = std::fs::read(&path).expect("the fixture's config.yaml");
+    bytes.extend_from_slice(b"\n# written by a tool in Latin-1: caf\xe9\n");
+    std::fs::write(&path, &bytes).expect("rewriting config.yaml");
+    let mut spec = board.gateway_spec().stop_grace(STOP_GRACE);
+    spec.log = board.root().join("unreadable-config.log");
+    let log_path = spec.log.clone();
+    let started = Gateway::try_spawn(spec);
+    let log = read_log(&log_path);
+    let refused = match started {
+        Err(GatewayError::ExitedEarly { exit, .. }) => {
+            exit.code == Some(1) && log.contains("config.yaml")
+        }
+        Ok(gateway) => {
+            drop(gateway);
+            false
+        }
+        Err(_) => false,
+    };
+    holds(
+        "a config.yaml that is not UTF-8 stops the gateway at start with exit 1, naming the file",
+        refused,
+    )
+    .context(|| log.clone())
+    .gap(GapKind::UnclearRefusal);
+    bound("bills under an unreadable config", board.aux().bills())
+        .at_most(0)
+        .context(|| board.diag(&card))
+        .gap(GapKind::BilledForNothing);
+}
