@@ -73,3 +73,60 @@ fn two_racing_decomposes_apply_exactly_one_graph(board: Board) {
         .context(transcript)
         .gap(GapKind::NotOneRequest);
 }
+
+#[rstest::rstest]
+#[case::todo("todo")]
+#[case::ready("ready")]
+#[case::blocked("blocked")]
+fn a_card_moved_on_while_its_call_is_out_gets_none_of_the_reply(
+    board: Board,
+    #[case] status: &str,
+) {
+    let aux = board.aux();
+    let root = board.create("moved on by a person while the model thinks", &["--triage"]);
+    let hold = crate::claims::in_flight_hold(board.target());
+    aux.reply(&root, Reply::graph(3, &[(2, &[0])]).delayed(hold));
+    let (output, moved_while_out) = std::thread::scope(|scope| {
+        let decompose = scope.spawn(|| crate::decompose_card(&board, &root));
+        wait_until(
+            || aux.billed_for(&root) > 0,
+            board.target().cli_timeout(&["decompose"]),
+            "the decompose's request",
+        );
+        // Moved by another tool while the request is out: only the apply's own re-check in its
+        // transaction can see it.
+        let moved = board.rows().arrange_status(&root, status);
+        let still_out = aux
+            .bill_times(&root)
+            .first()
+            .is_some_and(|sent| sent.elapsed() < hold);
+        let output = match decompose.join() {
+            Ok(run) => run,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (output, moved == 1 && still_out)
+    });
+    holds(
+        format!("the card was moved to {status} while its request was out"),
+        moved_while_out,
+    )
+    .context(|| format!("{}", output.output))
+    .gap(GapKind::DoubleApply);
+    let rows = board.rows();
+    let mut findings = Findings::new();
+    findings
+        .equal("task rows (the card alone)", &board.task_count(), &1)
+        .equal("children of the card", &rows.children_of(&root).len(), &0)
+        .equal("the card's status", &rows.status(&root), &status.to_owned())
+        .equal(
+            "`decomposed` events",
+            &rows.events(&root, "decomposed").len(),
+            &0,
+        );
+    findings
+        .verdict(format!(
+            "a card moved to {status} during its call gets none of the reply"
+        ))
+        .context(|| format!("{}\n{}", output.output, board.diag(&root)))
+        .gap(GapKind::DoubleApply);
+}
