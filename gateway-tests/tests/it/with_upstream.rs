@@ -71,6 +71,22 @@ fn a_mixed_pair_on_one_board_never_both_dispatch(#[case] first: First) {
     // Before the board: without upstream this fails with the install instructions.
     let upstream = upstream();
     let board = Board::new(Config::gateway());
+    // Whichever dispatches, upstream's gateway may pay for cards on this board in its own way:
+    // without the reference's `max_tokens` or its ledger. Those are upstream's listed gaps,
+    // judged on the upstream target; here only what both must keep is judged.
+    for invariant in [
+        fixtures::oracle::Invariant::Request,
+        fixtures::oracle::Invariant::Ledger,
+        fixtures::oracle::Invariant::UsageShowsCalls,
+        fixtures::oracle::Invariant::Backoff,
+        fixtures::oracle::Invariant::Parked,
+    ] {
+        board.narrow_oracle(
+            invariant,
+            "upstream's gateway shares the board: its own requests and records are judged on the \
+             upstream target",
+        );
+    }
     let target = board.target();
     let aux = board.aux();
     let upstream_spec =
