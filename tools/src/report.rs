@@ -620,9 +620,15 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
                 Outcome::Mismatch => first.mismatch_text(),
                 _ => first.message.clone(),
             };
+            // A verdict whose arrangement was not reached concluded nothing about the bound.
+            let label = if failing.iter().all(|verdict| verdict.no_verdict) {
+                "FAIL (no verdict)"
+            } else {
+                "FAIL"
+            };
             (
                 Mark::Fail,
-                "FAIL".to_owned(),
+                label.to_owned(),
                 failing.clone(),
                 why.map(|w| short(&w, 300)),
             )

@@ -2,13 +2,15 @@
 //! card once, and a person's `decompose ID` (or a sweep) on a card another process has in flight
 //! is refused without a request, saying until when the card is taken.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fixtures::prelude::*;
 use regex::Regex;
 use rstest::rstest;
 
-use crate::{assert_no_crash, decompose_all, decompose_card, judge_exit_code, Decomposition};
+use crate::{
+    assert_no_crash, decompose_all, decompose_card, judge_exit_code_provided, Decomposition,
+};
 
 /// Sweeps started at once.
 const SWEEPS: usize = 5;
@@ -22,16 +24,6 @@ fn reply_hold(target: &Target) -> Duration {
         Duration::from_millis(300)
     } else {
         Duration::from_secs(3)
-    }
-}
-
-/// How long a decompose holds its card: long enough that a second process started once the
-/// first request has arrived is done before the reply lands, even on a loaded machine.
-pub(crate) fn in_flight_hold(target: &Target) -> Duration {
-    if target.is_reference() {
-        Duration::from_secs(2)
-    } else {
-        Duration::from_secs(12)
     }
 }
 
@@ -115,10 +107,16 @@ fn says_until_when(message: &str) -> bool {
 fn a_card_in_flight_is_refused_to_a_second_decompose(board: Board) {
     let aux = board.aux();
     let card = board.create("slow to split", &["--triage"]);
-    let hold = in_flight_hold(board.target());
-    aux.reply(&card, Reply::graph(2, &[]).delayed(hold));
+    // The first call is answered only once the second decompose and the sweep are done, however
+    // long the target takes to start them; any later call is answered at once, so a target with
+    // no claim shows it instead of waiting on itself.
+    let gate = Gate::new();
+    aux.reply_in_turn(
+        &card,
+        vec![Reply::graph(2, &[]).gated(&gate), Reply::graph(2, &[])],
+    );
 
-    let (first, arrived, second, sweep, done_at) = std::thread::scope(|scope| {
+    let (first, arrived, second, sweep) = std::thread::scope(|scope| {
         let first = scope.spawn(|| decompose_card(&board, &card));
         let arrived = try_wait_until(
             || aux.billed_for(&card) > 0,
@@ -127,53 +125,55 @@ fn a_card_in_flight_is_refused_to_a_second_decompose(board: Board) {
         );
         let second = board.cli_unchecked(["kanban", "decompose", card.as_str()]);
         let sweep = decompose_all(&board);
-        let done_at = Instant::now();
+        gate.release();
         let first = match first.join() {
             Ok(run) => run,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        (first, arrived, second, sweep, done_at)
+        (first, arrived, second, sweep)
     });
-
     assert_no_crash(&second);
     let transcript = || format!("{}\n{}\n{}", first.output, second, sweep.output);
-    // The first reply leaves the provider `hold` after the first request arrived: requests that
-    // arrived before then were sent while the card was in flight.
+    // Requests that arrived before the first reply was let go were sent while the card was in
+    // flight; only a first call still open then put the other two processes to the test.
     let times = aux.bill_times(&card);
-    let reply_sent_at = times.first().map(|at| *at + hold);
+    let released = gate.released_at();
     let while_in_flight = times
         .iter()
-        .filter(|at| reply_sent_at.is_some_and(|sent| **at < sent))
+        .filter(|at| released.is_some_and(|released| **at < released))
         .count();
-    // Only a second process that made up its mind while the card was in flight was put to the
-    // test: a refusal after the reply landed proves nothing about claims.
-    let cut_short = match (&arrived, reply_sent_at) {
-        (Err(timeout), _) => Some(Interruption::from(timeout)),
-        (Ok(()), Some(sent)) if while_in_flight <= 1 && done_at >= sent => Some(Interruption::new(
-            "the second decompose and the sweep were not done before the first reply was sent",
-        )),
-        _ => None,
-    };
-    let mut requests = bound("requests for a card in flight", while_in_flight)
+    let in_flight = match &arrived {
+        Err(timeout) => Err(timeout.to_string()),
+        Ok(()) => aux.open_until_released(&card, &gate).map(|_| ()),
+    }
+    .map_err(|seen| {
+        format!("the card was not in flight while the second decompose and the sweep ran: {seen}")
+    });
+    bound("requests for a card in flight", while_in_flight)
         .exactly(1)
         .note(|| format!("{} requests for the card in all", times.len()))
-        .context(transcript);
-    if let Some(cause) = cut_short {
-        requests = requests.interrupted_by(cause);
-    }
-    requests.gap(GapKind::InFlightRebilled);
+        .context(transcript)
+        .provided(&in_flight)
+        .gap(GapKind::InFlightRebilled);
     holds(
         "the sweep leaves the card in flight alone",
         sweep.line_for(&card).is_none(),
     )
     .context(transcript)
+    .provided(&in_flight)
     .gap(GapKind::InFlightRebilled);
-    judge_exit_code("`kanban decompose ID` of a card in flight", &second, 1);
+    judge_exit_code_provided(
+        "`kanban decompose ID` of a card in flight",
+        &second,
+        1,
+        &in_flight,
+    );
     holds(
         "the refusal says until when the card is in flight",
         says_until_when(&second.stderr),
     )
     .note(|| format!("stderr {:?}", second.stderr))
+    .provided(&in_flight)
     .gap(GapKind::UnclearRefusal);
     let rows = board.rows();
     let mut findings = Findings::new();
@@ -188,5 +188,6 @@ fn a_card_in_flight_is_refused_to_a_second_decompose(board: Board) {
     findings
         .verdict("the first decompose alone is applied")
         .context(|| format!("{}\n{}", transcript(), board.diag(&card)))
+        .provided(&in_flight)
         .gap(GapKind::DoubleApply);
 }

@@ -216,12 +216,24 @@ pub fn assert_no_crash(output: &CliOutput) {
 
 /// The verdict on a command's exit code: `what` names the command, the bound is `expected`.
 pub fn judge_exit_code(what: &str, output: &CliOutput, expected: i32) {
+    judge_exit_code_provided(what, output, expected, &Ok(()));
+}
+
+/// [`judge_exit_code`] of a call whose verdict stands only on `arrangement` (see
+/// `Verdict::provided`).
+pub fn judge_exit_code_provided(
+    what: &str,
+    output: &CliOutput,
+    expected: i32,
+    arrangement: &Result<(), String>,
+) {
     holds(
         format!("{what} exits {expected}"),
         output.code == Some(expected),
     )
     .note(|| format!("exited with {}, expected {expected}", output.code_text()))
     .context(|| output.to_string())
+    .provided(arrangement)
     .gap(GapKind::WrongExitCode);
 }
 

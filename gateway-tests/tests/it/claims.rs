@@ -8,11 +8,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{second_gateway_spec, start_gateway};
-
-/// How long the provider takes to answer the card in flight: the other processes all run
-/// inside it.
-const SLOW_ANSWER: Duration = Duration::from_secs(4);
+use crate::support::{second_gateway_spec, span_of_ticks, start_gateway};
 
 /// No wait after a failure, so a card in flight is due at once but for its claim.
 const NO_BACKOFF: f64 = 0.0;
@@ -30,7 +26,14 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
 ) {
     let aux = board.aux();
     let card = board.create("slow to answer", &["--triage"]);
-    aux.reply(&card, Reply::default_single().delayed(SLOW_ANSWER));
+    // The gateway's call is answered only once every other process had its chance at the card,
+    // however slow the target; any later call is answered at once, so a target with no claim
+    // shows it instead of waiting on itself.
+    let gate = Gate::new();
+    aux.reply_in_turn(
+        &card,
+        vec![Reply::default_single().gated(&gate), Reply::default_single()],
+    );
 
     let mut window = Window::start();
     let gateway = start_gateway(&board);
@@ -39,9 +42,27 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     let after_by_hand = aux.billed_for(&card);
     let sweep = board.cli_unchecked(["kanban", "decompose", "--all", "--json"]);
     let after_sweep = aux.billed_for(&card);
-    // A target may refuse a second dispatcher on the board outright; if it runs, its ticks
-    // must skip the card as well.
+    // A target may refuse a second dispatcher on the board outright; if it runs, it gets as long
+    // as the first gateway took from its start to its first call, twice over, to tick onto the
+    // card while it is still in flight.
     let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
+    let first_start = aux
+        .bill_times(&card)
+        .first()
+        .map(|at| at.saturating_duration_since(gateway.started_at()))
+        .unwrap_or_default();
+    let second_had = first_start.saturating_mul(2) + span_of_ticks(board.target(), 2);
+    let second_ran = try_wait_until(
+        || !second.running() || second.started_at().elapsed() >= second_had,
+        second_had + board.target().first_bill_timeout(),
+        "the second gateway's time to tick",
+    );
+    gate.release();
+    let in_flight = match aux.open_until_released(&card, &gate) {
+        Ok(_) => second_ran.map_err(|timeout| timeout.to_string()),
+        Err(seen) => Err(seen),
+    }
+    .map_err(|seen| format!("the card was not in flight while the other processes ran: {seen}"));
     window
         .left_triage(
             &board,
@@ -52,6 +73,7 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
         )
         .prove_ticks(&board, &gateway, 1);
     let bills = aux.billed_for(&card);
+    let second_exit = second.exit();
     let second_log = second.log();
     drop(second);
     drop(gateway);
@@ -62,6 +84,7 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     )
     .exactly(1)
     .context(|| by_hand.to_string())
+    .provided(&in_flight)
     .gap(GapKind::WrongExitCode);
     bound(
         "requests of a decompose by hand of a card in flight",
@@ -69,6 +92,7 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     )
     .at_most(0)
     .context(|| format!("{by_hand}\n{}", board.diag(&card)))
+    .provided(&in_flight)
     .gap(GapKind::InFlightRebilled);
     bound(
         "requests of a sweep for a card in flight",
@@ -76,11 +100,20 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     )
     .at_most(0)
     .context(|| format!("{sweep}\n{}", board.diag(&card)))
+    .provided(&in_flight)
     .gap(GapKind::InFlightRebilled);
     bound("bills for the card in flight", bills)
         .exactly(1)
         .over(&window)
+        .note(|| {
+            format!(
+                "the second gateway {} ({:.1}s given to tick)",
+                second_exit.map_or_else(|| "ran".to_owned(), |exit| format!("ended ({exit})")),
+                second_had.as_secs_f64()
+            )
+        })
         .context(|| format!("{}\nsecond gateway's log:\n{second_log}", board.diag(&card)))
+        .provided(&in_flight)
         .gap(GapKind::InFlightRebilled);
 }
 

@@ -7,7 +7,6 @@ use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 
-use crate::claims::in_flight_hold;
 use crate::outage::provider_down;
 use crate::{decompose_all, decompose_card, decompose_forced};
 
@@ -275,8 +274,8 @@ fn a_sweep_closing_a_dead_process_request_leaves_a_live_processes_card_alone(
 ) {
     let aux = board.aux();
     let live = board.create("split by a person right now", &["--triage"]);
-    let hold = in_flight_hold(board.target());
-    aux.reply(&live, Reply::graph(2, &[]).delayed(hold));
+    let gate = Gate::new();
+    aux.reply(&live, Reply::graph(2, &[]).gated(&gate));
     let dead = board.create("its process died mid-call", &["--triage"]);
     aux.reply(&dead, Reply::graph(2, &[]));
     // The sweep has something of a dead process's to close, so it looks at every claim: the
@@ -293,6 +292,7 @@ fn a_sweep_closing_a_dead_process_request_leaves_a_live_processes_card_alone(
             "the live decompose's request",
         );
         let sweep = decompose_all(&board);
+        gate.release();
         let first = match first.join() {
             Ok(run) => run,
             Err(panic) => std::panic::resume_unwind(panic),
@@ -301,16 +301,19 @@ fn a_sweep_closing_a_dead_process_request_leaves_a_live_processes_card_alone(
     });
 
     let transcript = || format!("{}\n{}", first.output, sweep.output);
-    let mut requests = bound(
+    let in_flight = match &arrived {
+        Err(timeout) => Err(timeout.to_string()),
+        Ok(()) => aux.open_until_released(&live, &gate).map(|_| ()),
+    }
+    .map_err(|seen| format!("the live card was not in flight while the sweep ran: {seen}"));
+    bound(
         "requests for a live process's card while a sweep closes a dead one's",
         aux.billed_for(&live),
     )
     .exactly(1)
-    .context(|| format!("{}\n{}", transcript(), board.diag(&live)));
-    if let Err(timeout) = &arrived {
-        requests = requests.interrupted_by(Interruption::from(timeout));
-    }
-    requests.gap(GapKind::InFlightRebilled);
+    .context(|| format!("{}\n{}", transcript(), board.diag(&live)))
+    .provided(&in_flight)
+    .gap(GapKind::InFlightRebilled);
     let mut findings = Findings::new();
     findings
         .equal("the live decompose's ok", &first.ok(), &Some(true))
@@ -327,5 +330,6 @@ fn a_sweep_closing_a_dead_process_request_leaves_a_live_processes_card_alone(
     findings
         .verdict("the sweep closes the dead request and the live decompose is applied")
         .context(transcript)
+        .provided(&in_flight)
         .gap(GapKind::DoubleApply);
 }
