@@ -44,7 +44,7 @@ pub fn parse(line: &str) -> Option<Status> {
     static LINE: OnceLock<Regex> = OnceLock::new();
     let re = LINE.get_or_init(|| {
         Regex::new(
-            r"^\s*(?P<word>[A-Z][A-Z0-9]*(?: [0-9]+ [A-Z][A-Z-]*)?)\s+\[\s*>?\s*(?P<secs>[0-9.]+)?s?\s*\]\s+(?:\((?:(?P<done>\d+)/(?P<total>\d+)|[^)]*)\)\s+)?(?P<binary>\S+)\s+(?P<test>\S+)\s*$",
+            r"^\s*(?P<word>[A-Z][A-Z0-9]*(?: [0-9]+ [A-Z][A-Z-]*)?)\s+\[\s*>?\s*(?P<secs>[0-9.]+)?s?\s*\]\s+(?:\((?:\s*(?P<done>\d+)/(?P<total>\d+)\s*|[^)]*)\)\s+)?(?P<binary>\S+)\s+(?P<test>\S+)\s*$",
         )
         .expect("the status-line pattern is valid")
     });
@@ -71,6 +71,17 @@ pub fn starting_total(line: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_counter_padded_to_the_total_s_width_still_counts() {
+        // nextest pads the count once the total has three digits: `( 41/134)`.
+        let status = parse(
+            "        PASS [  21.269s] ( 41/134) cli-tests::it json_shape::sweep_prints_one_line",
+        )
+        .expect("a status line");
+        assert_eq!((status.done, status.total), (Some(41), Some(134)));
+        assert!(status.finishes());
+    }
 
     #[test]
     fn finished_tests_give_key_count_and_status() {

@@ -27,6 +27,22 @@ pub struct TargetRun {
     pub verdicts: Vec<Record>,
     /// Wall time of the run.
     pub seconds: f64,
+    /// The target's pace the run measured (one CLI call, a fresh gateway's first bill), which
+    /// the spans chosen up front were fitted to (`fixtures::pace`).
+    pub pace: Option<fixtures::pace::Pace>,
+}
+
+impl TargetRun {
+    /// `; pace: CLI call 0.0 s, first bill 0.0 s`, or nothing when no test measured it.
+    fn pace_words(&self) -> String {
+        self.pace.map_or_else(String::new, |pace| {
+            format!(
+                "; pace: CLI call {:.1} s, first bill {:.1} s",
+                pace.cli_call().as_secs_f64(),
+                pace.first_bill().as_secs_f64()
+            )
+        })
+    }
 }
 
 /// A cell's mark.
@@ -346,11 +362,12 @@ impl Report {
         for run in &self.runs {
             let _ = writeln!(
                 out,
-                "- **{}**: {}; gap list `{}`; {}",
+                "- **{}**: {}; gap list `{}`; {}{}",
                 run.name,
                 run.describes,
                 run.gap_list,
-                format_seconds(run.seconds)
+                format_seconds(run.seconds),
+                run.pace_words()
             );
         }
         out.push_str("\n| suite | scenario | bound |");
@@ -422,7 +439,7 @@ impl Report {
             let c = self.counts(index);
             let _ = writeln!(
                 out,
-                "- **{}**: {}; gap list `{}`; {} pass, {} known gap, {} fixed?, {} FAIL, {} n/a; {}",
+                "- **{}**: {}; gap list `{}`; {} pass, {} known gap, {} fixed?, {} FAIL, {} n/a; {}{}",
                 run.name,
                 run.describes,
                 run.gap_list,
@@ -431,7 +448,8 @@ impl Report {
                 c.fixed,
                 c.fail,
                 c.not_run,
-                format_seconds(run.seconds)
+                format_seconds(run.seconds),
+                run.pace_words()
             );
         }
         out.push_str("\n| suite | scenario |");
@@ -512,6 +530,7 @@ impl Report {
                     "describes": run.describes,
                     "gap_list": run.gap_list,
                     "seconds": (run.seconds * 10.0).round() / 10.0,
+                    "pace": run.pace,
                     "counts": {
                         "pass": c.pass, "known_gap": c.known_gap, "fixed": c.fixed,
                         "fail": c.fail, "n/a": c.not_run,

