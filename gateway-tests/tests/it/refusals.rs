@@ -233,15 +233,27 @@ fn an_unreachable_provider_spends_no_cards_budget(
 ) {
     let target = board.target();
     let aux = board.aux();
+
+    // The gateway is shown ticking first (a probe decomposed while the provider answers): a
+    // target not awaited for readiness may take longer to start than the span below, and a
+    // gateway that never tried the unreachable provider spends no budget by not running.
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window.prove_ticks(&board, &gateway, 1);
+    let ticking = window.interrupted().map_or(Ok(()), |cut| {
+        Err(format!(
+            "the gateway was not shown ticking before the provider went away: {cut}"
+        ))
+    });
     // `model.base_url` at a port where nothing listens: the request never reaches a provider.
     let unreachable = Config::gateway()
         .backoff(SHORT_BACKOFF)
         .yaml(&format!("model:\n  base_url: {}\n", closed_port_url()));
     board.reconfigure(unreachable);
+    // A tick that read the old config just before the write has begun its work by now; the
+    // card comes after it, so only ticks under the unreachable provider find it.
+    window.watch(&gateway, span_of_ticks(target, 1));
     let card = board.create("an idea nobody can be asked about", &["--triage"]);
-
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
     let span = if target.is_reference() {
         UNREACHABLE_SPAN
     } else {
@@ -270,6 +282,7 @@ fn an_unreachable_provider_spends_no_cards_budget(
         .at_most(0)
         .note(|| format!("unreachable for {:.1}s", span.as_secs_f64()))
         .context(|| board.diag(&card))
+        .provided(&ticking)
         .gap(GapKind::UnreachableCharged);
     }
     holds(
@@ -278,6 +291,7 @@ fn an_unreachable_provider_spends_no_cards_budget(
     )
     .over(&window)
     .context(|| board.diag(&card))
+    .provided(&ticking)
     .gap(GapKind::UnreachableCharged);
     bound("bills for the card once the provider is back", bills)
         .exactly(1)
