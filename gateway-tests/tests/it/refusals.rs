@@ -162,8 +162,9 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
         .gap(GapKind::PauseNeverEnded);
 }
 
-/// The `Retry-After` of the 429s in the pause-end test: long enough to create the waiting cards
-/// inside the pause, short next to the test.
+/// The shortest `Retry-After` of the 429s in the pause-end test: long enough to create the
+/// waiting cards inside the pause on the reference, short next to the test (a slower CLI gets a
+/// longer pause, see the test).
 const PAUSE_SECS: u64 = 3;
 
 /// How long after a pause's end its calls are counted: a few ticks, and well inside the pause
@@ -176,6 +177,14 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
 ) {
     let target = board.target();
     let aux = board.aux();
+    // The waiting cards must all be waiting when the pause ends, or a target that fans out shows
+    // nothing (each card would come on a tick of its own): the pause holds their creation twice
+    // over at this run's pace of a CLI call, and never less than `PAUSE_SECS`.
+    let creating = fixtures::pace::pace()
+        .cli_call()
+        .saturating_mul(u32::try_from(WAITING_CARDS).unwrap_or(u32::MAX))
+        .saturating_mul(2);
+    let pause_secs = PAUSE_SECS.max(creating.as_secs_f64().ceil() as u64);
     // The provider answers first: the gateway knows it works well before the gate closes.
     let answered = board.create("a card answered before the provider refuses", &["--triage"]);
 
@@ -188,7 +197,7 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
         target.first_bill_timeout(),
         "the first card decomposed",
     );
-    aux.reply_default(Reply::http_error(429, "rate limited").retry_after(PAUSE_SECS));
+    aux.reply_default(Reply::http_error(429, "rate limited").retry_after(pause_secs));
     let refused = board.create("the card whose call starts the pause", &["--triage"]);
     window.first_bill(&board, &gateway, &refused);
     let paused_at = Instant::now();
@@ -196,9 +205,19 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
     for i in 0..WAITING_CARDS {
         board.create(&format!("waiting card {i}"), &["--triage"]);
     }
+    let created_in = paused_at.elapsed();
+    let waiting_at_the_end = if created_in < Duration::from_secs(pause_secs) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {WAITING_CARDS} waiting cards took {:.1}s to create, past the {pause_secs}s \
+             pause: they were not all waiting when it ended",
+            created_in.as_secs_f64()
+        ))
+    };
     window.watch(
         &gateway,
-        (Duration::from_secs(PAUSE_SECS) + AFTER_PAUSE).saturating_sub(paused_at.elapsed()),
+        (Duration::from_secs(pause_secs) + AFTER_PAUSE).saturating_sub(paused_at.elapsed()),
     );
     let at_the_end = aux.bills().saturating_sub(before_the_end);
     drop(gateway);
@@ -208,12 +227,13 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
         .over(&window)
         .note(|| {
             format!(
-                "every call a 429 with Retry-After: {PAUSE_SECS} once the first card was \
+                "every call a 429 with Retry-After: {pause_secs} once the first card was \
                  decomposed; {WAITING_CARDS} cards waiting; billed in order: {:?}; {}",
                 aux.billed_ids(),
                 board.setting(Setting::PerTick)
             )
         })
+        .provided(&waiting_at_the_end)
         .gap(GapKind::ProviderFaultNotPaused);
 }
 
