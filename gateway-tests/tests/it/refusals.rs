@@ -177,14 +177,6 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
 ) {
     let target = board.target();
     let aux = board.aux();
-    // The waiting cards must all be waiting when the pause ends, or a target that fans out shows
-    // nothing (each card would come on a tick of its own): the pause holds their creation twice
-    // over at this run's pace of a CLI call, and never less than `PAUSE_SECS`.
-    let creating = fixtures::pace::pace()
-        .cli_call()
-        .saturating_mul(u32::try_from(WAITING_CARDS).unwrap_or(u32::MAX))
-        .saturating_mul(2);
-    let pause_secs = PAUSE_SECS.max(creating.as_secs_f64().ceil() as u64);
     // The provider answers first: the gateway knows it works well before the gate closes.
     let answered = board.create("a card answered before the provider refuses", &["--triage"]);
 
@@ -197,6 +189,18 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
         target.first_bill_timeout(),
         "the first card decomposed",
     );
+    // The waiting cards must all be waiting when the pause ends, or a target that fans out shows
+    // nothing (each card would come on a tick of its own). The pause holds their creation twice
+    // over at the pace of a CLI call measured now, beside the running gateway (a run's pace,
+    // measured on an idle board, is far quicker than a CLI beside a gateway that keeps calling),
+    // and never less than `PAUSE_SECS`.
+    let measured = Instant::now();
+    let _ = board.cli_unchecked(["kanban", "list", "--json"]);
+    let creating = measured
+        .elapsed()
+        .saturating_mul(u32::try_from(WAITING_CARDS).unwrap_or(u32::MAX))
+        .saturating_mul(2);
+    let pause_secs = PAUSE_SECS.max(creating.as_secs_f64().ceil() as u64);
     aux.reply_default(Reply::http_error(429, "rate limited").retry_after(pause_secs));
     let refused = board.create("the card whose call starts the pause", &["--triage"]);
     window.first_bill(&board, &gateway, &refused);
