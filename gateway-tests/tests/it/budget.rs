@@ -12,10 +12,6 @@ use rstest::rstest;
 use crate::support::{rebill_note, span_of_ticks, start_gateway};
 use crate::{MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
-/// How long the provider takes to fail the second attempt: the test makes the third attempt's
-/// backoff long meanwhile, before that attempt begins.
-const SECOND_FAILURE: Duration = Duration::from_secs(1);
-
 /// How long the provider holds the third attempt's call: far longer than it takes to kill the
 /// gateway once the call arrived.
 const SLOW_FAILURE: Duration = Duration::from_secs(30);
@@ -43,11 +39,14 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
 ) {
     let aux = board.aux();
     let card = board.create("an idea the decomposer can never split", &["--triage"]);
+    // The second failure is held until the long backoff is written, so the last attempt
+    // begins under it whatever the machine's load.
+    let second_failure = Gate::new();
     aux.reply_in_turn(
         &card,
         vec![
             server_error(),
-            server_error().delayed(SECOND_FAILURE),
+            server_error().gated(&second_failure),
             server_error().delayed(SLOW_FAILURE),
         ],
     );
@@ -62,6 +61,13 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
         "the card's second paid call",
     );
     board.reconfigure(Config::gateway().backoff(LONG_BACKOFF));
+    second_failure.release();
+    let long_backoff_first = aux
+        .call_open_until_released(&card, 1, &second_failure)
+        .map(|_| ())
+        .map_err(|seen| {
+            format!("the long backoff was not written during the second attempt: {seen}")
+        });
     window.bills(
         &board,
         &gateway,
@@ -104,6 +110,7 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
         )
         .over(&window)
         .context(|| board.diag(&card))
+        .provided(&long_backoff_first)
         .gap(GapKind::BudgetNotPersisted);
     }
 }

@@ -128,16 +128,60 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     let mut window = Window::start();
     let first = start_gateway(&board);
     // The first gateway dispatches before the second starts, so the second is the one a target
-    // may refuse; the cards come once both are up.
+    // may refuse.
     window.prove_ticks(&board, &first, 1);
+    let first_start = aux
+        .billed_calls()
+        .first()
+        .map(|call| call.arrived.saturating_duration_since(first.started_at()))
+        .unwrap_or_default();
     let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
+    // The second gateway is not awaited (a refused one never gets ready), so a slow one could
+    // start ticking only after the first had paid for every card, and a target with no claim
+    // would pass. The first call of each card is held until the second had as long as the first
+    // took from its start to its first call, twice over, plus two ticks; a call after it (a
+    // card paid for a second time) is answered at once, so it shows.
+    let gate = Gate::new();
     let cards: Vec<String> = (0..SHARED_CARDS)
         .map(|i| {
             let card = board.create(&format!("shared idea {i}"), &["--triage"]);
-            aux.reply(&card, Reply::default_single().delayed(SHARED_ANSWER));
+            aux.reply_in_turn(
+                &card,
+                vec![
+                    Reply::default_single().delayed(SHARED_ANSWER).gated(&gate),
+                    Reply::default_single(),
+                ],
+            );
             card
         })
         .collect();
+    let second_had = first_start.saturating_mul(2) + span_of_ticks(board.target(), 2);
+    let any_card_billed = || cards.iter().any(|card| aux.billed_for(card) > 0);
+    let contested = try_wait_until(
+        || {
+            !first.running()
+                || (any_card_billed()
+                    && (!second.running() || second.started_at().elapsed() >= second_had))
+        },
+        second_had + board.target().first_bill_timeout(),
+        "a shared card in flight while the second gateway had its time to tick",
+    );
+    gate.release();
+    let in_flight = contested
+        .map_err(|timeout| timeout.to_string())
+        .and_then(|()| {
+            let mut seen = Vec::new();
+            for card in &cards {
+                match aux.open_until_released(card, &gate) {
+                    Ok(_) => return Ok(()),
+                    Err(why) => seen.push(why),
+                }
+            }
+            Err(seen.join("; "))
+        })
+        .map_err(|seen| {
+            format!("no shared card was in flight while the second gateway had its time: {seen}")
+        });
     window.left_triage(
         &board,
         &first,
@@ -159,10 +203,12 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     .over(&window)
     .note(|| {
         format!(
-            "bills per card: {bills:?}; the second gateway {}",
-            second_exit.map_or_else(|| "ran".to_owned(), |exit| format!("ended ({exit})"))
+            "bills per card: {bills:?}; the second gateway {} ({:.1}s given to tick)",
+            second_exit.map_or_else(|| "ran".to_owned(), |exit| format!("ended ({exit})")),
+            second_had.as_secs_f64()
         )
     })
     .context(|| format!("second gateway's log:\n{second_log}"))
+    .provided(&in_flight)
     .gap(GapKind::InFlightRebilled);
 }

@@ -39,6 +39,25 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown(
             blocked_probe_timeout(board.target()),
         );
     let bills = aux.billed_for(&hung);
+    // The precondition of every verdict below: the hung call was still open when the probes
+    // were done and SIGTERM was sent. A target that ends it early by a timeout of its own has
+    // shown nothing about a dispatcher beside a call in flight, nor about stopping with one.
+    let in_flight = match aux
+        .billed_calls()
+        .into_iter()
+        .find(|call| call.card().as_deref() == Some(hung.as_str()))
+    {
+        None => Err(format!("no call about {hung} reached the provider")),
+        Some(call) => match call.answer.ended {
+            None => Ok(()),
+            Some(ended) => Err(format!(
+                "the hung call ended ({:?}) {:.1}s after it arrived, before the probes were \
+                 done and SIGTERM was sent",
+                call.answer.end,
+                ended.saturating_duration_since(call.arrived).as_secs_f64()
+            )),
+        },
+    };
     let stop = gateway.stop();
 
     bound(
@@ -48,6 +67,7 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown(
     .exactly(PROBE_TICKS)
     .over(&window)
     .note(|| board.setting(Setting::CallTimeout))
+    .provided(&in_flight)
     .gap(GapKind::DispatcherBlocked);
     // Judged over the window's span, not its interruption: a blocked dispatcher is the verdict
     // above, and the call in flight is what this one is about.
@@ -55,6 +75,7 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown(
         .at_most(1)
         .over(window.describe())
         .context(|| board.diag(&hung))
+        .provided(&in_flight)
         .gap(GapKind::InFlightRebilled);
     holds(
         "gateway with a hung call in flight stops cleanly within 5 s of SIGTERM",
@@ -69,6 +90,7 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown(
             stop.escalated
         )
     })
+    .provided(&in_flight)
     .gap(GapKind::SlowShutdown);
     no_graph_findings(&board, &hung)
         .verdict("failed decomposition wrote no rows")

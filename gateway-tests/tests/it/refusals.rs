@@ -162,8 +162,9 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
         .gap(GapKind::PauseNeverEnded);
 }
 
-/// The `Retry-After` of the 429s in the pause-end test: long enough to create the waiting cards
-/// inside the pause, short next to the test.
+/// The shortest `Retry-After` of the 429s in the pause-end test: long enough to create the
+/// waiting cards inside the pause on the reference, short next to the test (a slower CLI gets a
+/// longer pause, see the test).
 const PAUSE_SECS: u64 = 3;
 
 /// How long after a pause's end its calls are counted: a few ticks, and well inside the pause
@@ -188,7 +189,19 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
         target.first_bill_timeout(),
         "the first card decomposed",
     );
-    aux.reply_default(Reply::http_error(429, "rate limited").retry_after(PAUSE_SECS));
+    // The waiting cards must all be waiting when the pause ends, or a target that fans out shows
+    // nothing (each card would come on a tick of its own). The pause holds their creation twice
+    // over at the pace of a CLI call measured now, beside the running gateway (a run's pace,
+    // measured on an idle board, is far quicker than a CLI beside a gateway that keeps calling),
+    // and never less than `PAUSE_SECS`.
+    let measured = Instant::now();
+    let _ = board.cli_unchecked(["kanban", "list", "--json"]);
+    let creating = measured
+        .elapsed()
+        .saturating_mul(u32::try_from(WAITING_CARDS).unwrap_or(u32::MAX))
+        .saturating_mul(2);
+    let pause_secs = PAUSE_SECS.max(creating.as_secs_f64().ceil() as u64);
+    aux.reply_default(Reply::http_error(429, "rate limited").retry_after(pause_secs));
     let refused = board.create("the card whose call starts the pause", &["--triage"]);
     window.first_bill(&board, &gateway, &refused);
     let paused_at = Instant::now();
@@ -196,9 +209,19 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
     for i in 0..WAITING_CARDS {
         board.create(&format!("waiting card {i}"), &["--triage"]);
     }
+    let created_in = paused_at.elapsed();
+    let waiting_at_the_end = if created_in < Duration::from_secs(pause_secs) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {WAITING_CARDS} waiting cards took {:.1}s to create, past the {pause_secs}s \
+             pause: they were not all waiting when it ended",
+            created_in.as_secs_f64()
+        ))
+    };
     window.watch(
         &gateway,
-        (Duration::from_secs(PAUSE_SECS) + AFTER_PAUSE).saturating_sub(paused_at.elapsed()),
+        (Duration::from_secs(pause_secs) + AFTER_PAUSE).saturating_sub(paused_at.elapsed()),
     );
     let at_the_end = aux.bills().saturating_sub(before_the_end);
     drop(gateway);
@@ -208,12 +231,13 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
         .over(&window)
         .note(|| {
             format!(
-                "every call a 429 with Retry-After: {PAUSE_SECS} once the first card was \
+                "every call a 429 with Retry-After: {pause_secs} once the first card was \
                  decomposed; {WAITING_CARDS} cards waiting; billed in order: {:?}; {}",
                 aux.billed_ids(),
                 board.setting(Setting::PerTick)
             )
         })
+        .provided(&waiting_at_the_end)
         .gap(GapKind::ProviderFaultNotPaused);
 }
 
@@ -233,15 +257,27 @@ fn an_unreachable_provider_spends_no_cards_budget(
 ) {
     let target = board.target();
     let aux = board.aux();
+
+    // The gateway is shown ticking first (a probe decomposed while the provider answers): a
+    // target not awaited for readiness may take longer to start than the span below, and a
+    // gateway that never tried the unreachable provider spends no budget by not running.
+    let mut window = Window::start();
+    let gateway = start_gateway(&board);
+    window.prove_ticks(&board, &gateway, 1);
+    let ticking = window.interrupted().map_or(Ok(()), |cut| {
+        Err(format!(
+            "the gateway was not shown ticking before the provider went away: {cut}"
+        ))
+    });
     // `model.base_url` at a port where nothing listens: the request never reaches a provider.
     let unreachable = Config::gateway()
         .backoff(SHORT_BACKOFF)
         .yaml(&format!("model:\n  base_url: {}\n", closed_port_url()));
     board.reconfigure(unreachable);
+    // A tick that read the old config just before the write has begun its work by now; the
+    // card comes after it, so only ticks under the unreachable provider find it.
+    window.watch(&gateway, span_of_ticks(target, 1));
     let card = board.create("an idea nobody can be asked about", &["--triage"]);
-
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
     let span = if target.is_reference() {
         UNREACHABLE_SPAN
     } else {
@@ -270,6 +306,7 @@ fn an_unreachable_provider_spends_no_cards_budget(
         .at_most(0)
         .note(|| format!("unreachable for {:.1}s", span.as_secs_f64()))
         .context(|| board.diag(&card))
+        .provided(&ticking)
         .gap(GapKind::UnreachableCharged);
     }
     holds(
@@ -278,6 +315,7 @@ fn an_unreachable_provider_spends_no_cards_budget(
     )
     .over(&window)
     .context(|| board.diag(&card))
+    .provided(&ticking)
     .gap(GapKind::UnreachableCharged);
     bound("bills for the card once the provider is back", bills)
         .exactly(1)

@@ -27,6 +27,11 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     let mut window = Window::start();
     let first = start_gateway(&board);
     window.prove_ticks(&board, &first, 1);
+    let first_start = aux
+        .billed_calls()
+        .first()
+        .map(|call| call.arrived.saturating_duration_since(first.started_at()))
+        .unwrap_or_default();
 
     // A refused gateway never reports readiness, so none is awaited; its own log keeps its
     // output apart from the first one's.
@@ -36,14 +41,55 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
         .stop_grace(STOP_GRACE);
     second_spec.log = board.root().join("second-gateway.log");
     let second = Gateway::spawn(second_spec);
+    // A second gateway that is neither refused nor ticking yet when the contested calls end
+    // proves nothing, however long each call takes: the first call of each card is held until
+    // the second ended or had as long as the first took from its start to its first call,
+    // twice over, plus two ticks. A second call (a card paid for again) is answered at once.
     let slow_call = target.tick_interval() * SLOW_CALL_TICKS;
+    let gate = Gate::new();
     let contested: Vec<String> = (0..CONTESTED_CARDS)
         .map(|i| {
             let card = board.create(&format!("contested idea {i}"), &["--triage"]);
-            aux.reply(&card, Reply::default_single().delayed(slow_call));
+            aux.reply_in_turn(
+                &card,
+                vec![
+                    Reply::default_single().delayed(slow_call).gated(&gate),
+                    Reply::default_single(),
+                ],
+            );
             card
         })
         .collect();
+    let second_had = first_start.saturating_mul(2) + span_of_ticks(target, 2);
+    let any_contested_billed = || contested.iter().any(|card| aux.billed_for(card) > 0);
+    let held = try_wait_until(
+        || {
+            !first.running()
+                || (any_contested_billed()
+                    && (!second.running() || second.started_at().elapsed() >= second_had))
+        },
+        second_had + target.first_bill_timeout(),
+        "a contested card in flight while the second gateway ended or had its time to tick",
+    );
+    gate.release();
+    let in_flight = held
+        .map_err(|timeout| timeout.to_string())
+        .and_then(|()| {
+            let mut seen = Vec::new();
+            for card in &contested {
+                match aux.open_until_released(card, &gate) {
+                    Ok(_) => return Ok(()),
+                    Err(why) => seen.push(why),
+                }
+            }
+            Err(seen.join("; "))
+        })
+        .map_err(|seen| {
+            format!(
+                "no contested card was in flight while the second gateway ended or had its \
+                 time: {seen}"
+            )
+        });
     let refused = try_wait_until(
         || !second.running(),
         target.readiness_timeout(),
@@ -81,7 +127,13 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     )
     .exactly(1)
     .over(&window)
-    .note(|| format!("bills per contested card: {bills:?}"))
+    .note(|| {
+        format!(
+            "bills per contested card: {bills:?}; the second gateway had {:.1}s to tick",
+            second_had.as_secs_f64()
+        )
+    })
+    .provided(&in_flight)
     .gap(GapKind::SecondDispatcher);
 }
 
@@ -158,6 +210,8 @@ fn contest_config() -> Config {
 /// What a second gateway did while the first dispatched.
 struct Contest {
     bills: usize,
+    /// Whether the second gateway had ended, or had run its time to tick, before the cards came.
+    second_up: Result<(), String>,
     window: Window,
     second_running: bool,
     second_exit: Option<fixtures::gateway::Exit>,
@@ -173,13 +227,35 @@ struct Contest {
 fn contest(board: &Board, first: Gateway, mut window: Window, second: GatewaySpec) -> Contest {
     let target = board.target();
     let aux = board.aux();
+    let first_start = aux
+        .billed_calls()
+        .first()
+        .map(|call| call.arrived.saturating_duration_since(first.started_at()))
+        .unwrap_or_default();
     let second = Gateway::spawn(second);
-    // Both are up (or the second has refused) before anything can be billed.
+    // Both are up (or the second has refused) before anything can be billed. Up means more than
+    // a line in the log: a second gateway still starting while the refusals land pays for none
+    // of them, and the count reads as one dispatcher's. It gets as long as the first took from
+    // its start to its first call, twice over, plus two ticks.
+    let second_had = first_start.saturating_mul(2) + span_of_ticks(target, 2);
     let _ = try_wait_until(
-        || !second.running() || second.log().contains("gateway started"),
-        target.readiness_timeout(),
+        || {
+            !second.running()
+                || (second.log().contains("gateway started")
+                    && second.started_at().elapsed() >= second_had)
+        },
+        target.readiness_timeout().max(second_had),
         "the second gateway to start",
     );
+    let second_up = if !second.running() || second.started_at().elapsed() >= second_had {
+        Ok(())
+    } else {
+        Err(format!(
+            "the second gateway had run {:.1}s of the {:.1}s it needs to tick when the cards came",
+            second.started_at().elapsed().as_secs_f64(),
+            second_had.as_secs_f64()
+        ))
+    };
     let before = aux.bills();
     aux.reply_default(Reply::http_error(402, "insufficient quota").delayed(LATE_REFUSAL));
     for i in 0..CONTEST_CARDS {
@@ -215,6 +291,7 @@ fn contest(board: &Board, first: Gateway, mut window: Window, second: GatewaySpe
     drop(second);
     Contest {
         bills,
+        second_up,
         window,
         second_running,
         second_exit,
@@ -245,6 +322,7 @@ fn judge_contest(board: &Board, contest: &Contest, how: &str) {
         )
     })
     .context(|| format!("second gateway's log:\n{}", contest.second_log))
+    .provided(&contest.second_up)
     .gap(GapKind::SecondDispatcher);
     // Refusing is fine only with an error exit; waiting is fine only if it was truly waiting
     // for this board (it takes over once the first stops).
