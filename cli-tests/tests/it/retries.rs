@@ -170,7 +170,11 @@ fn a_retry_after_that_does_not_fit_the_attempt_ends_the_retries(
         None => "the decompose sent no request".to_owned(),
     })
     .context(|| run.output.to_string())
-    .provided(&took.map(|_| ()).ok_or_else(|| "the decompose sent no request".to_owned()))
+    .provided(
+        &took
+            .map(|_| ())
+            .ok_or_else(|| "the decompose sent no request".to_owned()),
+    )
     .gap(GapKind::RetryAfterIgnored);
     holds(
         "the failed attempt says why",

@@ -32,7 +32,10 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     let gate = Gate::new();
     aux.reply_in_turn(
         &card,
-        vec![Reply::default_single().gated(&gate), Reply::default_single()],
+        vec![
+            Reply::default_single().gated(&gate),
+            Reply::default_single(),
+        ],
     );
 
     let mut window = Window::start();
