@@ -2,8 +2,6 @@
 //! card once, and a person's `decompose ID` (or a sweep) on a card another process has in flight
 //! is refused without a request, saying until when the card is taken.
 
-use std::time::Duration;
-
 use fixtures::prelude::*;
 use regex::Regex;
 use rstest::rstest;
@@ -17,45 +15,58 @@ const SWEEPS: usize = 5;
 /// Cards they share.
 const CARDS: usize = 4;
 
-/// How long the provider holds each reply: longer than a process takes to start and pick a card
-/// on the target, so every sweep is running while the cards are in flight.
-fn reply_hold(target: &Target) -> Duration {
-    if target.is_reference() {
-        Duration::from_millis(300)
-    } else {
-        Duration::from_secs(3)
-    }
-}
-
-/// Runs `f` on its own thread for each of `n` copies, all started together, and returns what
-/// each returned (a panic in one is raised here).
-fn all_at_once<T: Send>(n: usize, f: impl Fn() -> T + Sync) -> Vec<T> {
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..n).map(|_| scope.spawn(&f)).collect();
-        handles
-            .into_iter()
-            .map(|handle| match handle.join() {
-                Ok(value) => value,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    })
-}
-
 #[rstest]
 fn parallel_sweeps_bill_each_card_once(#[with(Config::plain().backoff(0.0))] board: Board) {
     let aux = board.aux();
     let cards: Vec<String> = (0..CARDS)
         .map(|i| board.create(&format!("card {i} of a busy board"), &["--triage"]))
         .collect();
+    // Each card's first call is answered only once every sweep has ended or is waiting on such
+    // a call: however slow the target is to start five processes, none of them decides after
+    // the cards were let go. Later calls are answered at once, so a target that bills a held
+    // card again shows it instead of waiting on itself.
+    let gate = Gate::new();
     for card in &cards {
-        aux.reply(
+        aux.reply_in_turn(
             card,
-            Reply::graph(2, &[]).delayed(reply_hold(board.target())),
+            vec![Reply::graph(2, &[]).gated(&gate), Reply::graph(2, &[])],
         );
     }
 
-    let sweeps: Vec<Decomposition> = all_at_once(SWEEPS, || decompose_all(&board));
+    let (sweeps, all_looked) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..SWEEPS)
+            .map(|_| scope.spawn(|| decompose_all(&board)))
+            .collect();
+        // A sweep has one call out at a time (both targets try their cards in turn), so once
+        // the sweeps that ended and the held calls still open add up to every sweep, each
+        // sweep has looked at the board while cards were held.
+        let all_looked = try_wait_until(
+            || {
+                let ended = handles.iter().filter(|sweep| sweep.is_finished()).count();
+                ended + held_open(aux) >= SWEEPS
+            },
+            board.target().cli_timeout(&["decompose", "--all"]),
+            "every sweep to end or wait on a held reply",
+        );
+        let held = held_open(aux);
+        gate.release();
+        let sweeps: Vec<Decomposition> = handles
+            .into_iter()
+            .map(|handle| match handle.join() {
+                Ok(value) => value,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect();
+        (sweeps, all_looked.map(|()| held))
+    });
+    let all_running = match all_looked {
+        Err(timeout) => Err(timeout.to_string()),
+        Ok(held) => cards
+            .iter()
+            .try_for_each(|card| aux.open_until_released(card, &gate).map(|_| ()))
+            .map_err(|seen| format!("{held} held call(s) open at the release; {seen}")),
+    }
+    .map_err(|seen| format!("not every sweep ran while every card was in flight: {seen}"));
 
     let transcript = || {
         sweeps
@@ -74,6 +85,7 @@ fn parallel_sweeps_bill_each_card_once(#[with(Config::plain().backoff(0.0))] boa
         .note(|| format!("bills per card {bills:?}"))
         .note(|| board.setting(Setting::Backoff))
         .context(transcript)
+        .provided(&all_running)
         .gap(GapKind::InFlightRebilled);
     let rows = board.rows();
     let mut findings = Findings::new();
@@ -93,7 +105,16 @@ fn parallel_sweeps_bill_each_card_once(#[with(Config::plain().backoff(0.0))] boa
     findings
         .verdict("every card is decomposed once by the sweeps")
         .context(transcript)
+        .provided(&all_running)
         .gap(GapKind::DoubleApply);
+}
+
+/// How many calls held back by a gate are still open (arrived, not yet answered).
+fn held_open(aux: &AuxModel) -> usize {
+    aux.billed_calls()
+        .iter()
+        .filter(|call| call.answer.gated && call.answer.ended.is_none())
+        .count()
 }
 
 /// The claim message: it says the card is in flight and until when (a date and a time).

@@ -11,8 +11,29 @@ use rstest::rstest;
 
 use crate::{decompose_all, decompose_card, decompose_forced};
 
-/// The Retry-After of the first, short pause.
+/// The Retry-After of the first, short pause where nothing has to happen inside it.
 const SHORT_PAUSE_SECS: u64 = 1;
+
+/// The Retry-After of a short pause a person's decompose must be refused inside: a second, or
+/// on a slow target long enough for what lies between the pause's start and that refusal (the
+/// sweep's exit, a card created, the decompose's start-up: about two CLI calls), each call
+/// allowed four times its measured pace for a loaded machine. The test still proves the refusal
+/// came inside the pause.
+fn short_pause_for_a_cli_call() -> u64 {
+    let two_loaded_calls = fixtures::pace::pace().cli_call().saturating_mul(8);
+    two_loaded_calls
+        .as_secs_f64()
+        .ceil()
+        .max(SHORT_PAUSE_SECS as f64) as u64
+}
+
+/// When the provider answered the first call about `card`, if one reached it.
+fn answered(aux: &AuxModel, card: &str) -> Option<Instant> {
+    aux.billed_calls()
+        .iter()
+        .find(|call| call.card().as_deref() == Some(card))
+        .map(|call| call.answered())
+}
 
 /// How long after the short pause's end the sweep runs, so that it is over by any clock.
 const PAST_THE_END: Duration = Duration::from_millis(200);
@@ -57,6 +78,15 @@ fn a_shorter_refusal_during_a_pause_never_shortens_it(
 
     let sweep = decompose_all(&board);
 
+    // A sweep that bills nothing tells of the shorter refusal only if both refusals were given:
+    // with no 429 during the pause there was nothing to shorten it.
+    let refused_twice = match (answered(aux, &unpaid), answered(aux, &by_hand)) {
+        (Some(_), Some(_)) => Ok(()),
+        (None, _) => Err("the first sweep sent no call, so no 402 paused the board".to_owned()),
+        (Some(_), None) => {
+            Err("the decompose by hand sent no call, so no 429 was given".to_owned())
+        }
+    };
     let transcript = || format!("{}\n{}\n{}", pausing.output, manual.output, sweep.output);
     bound(
         "requests of a decompose by hand during the pause",
@@ -72,6 +102,7 @@ fn a_shorter_refusal_during_a_pause_never_shortens_it(
         &waiting,
         transcript,
     )
+    .provided(&refused_twice)
     .gap(GapKind::ProviderFaultNotPaused);
 }
 
@@ -81,15 +112,17 @@ fn a_longer_refusal_during_a_pause_extends_it(
 ) {
     let aux = board.aux();
     let limited = board.create("an idea sent while rate limited", &["--triage"]);
+    let short_pause = Duration::from_secs(short_pause_for_a_cli_call());
     aux.reply(
         &limited,
-        Reply::http_error(429, "rate limited").retry_after(SHORT_PAUSE_SECS),
+        Reply::http_error(429, "rate limited").retry_after(short_pause.as_secs()),
     );
     let pausing = decompose_all(&board);
-    let short_pause_over = Instant::now() + Duration::from_secs(SHORT_PAUSE_SECS) + PAST_THE_END;
+    // The short pause runs from the 429's answer.
+    let short_pause_ends = answered(aux, &limited).map(|at| at + short_pause);
     // During the short pause a person decomposes a card by hand (forced past the pause), and the
     // provider answers that call with a 402: the board must now wait out the cooldown, not the
-    // 429's second.
+    // 429's pause.
     let by_hand = board.create("an idea a person splits during the pause", &["--triage"]);
     aux.reply(&by_hand, Reply::http_error(402, "payment required"));
     let manual = decompose_forced(&board, &by_hand);
@@ -97,7 +130,22 @@ fn a_longer_refusal_during_a_pause_extends_it(
     let waiting = board.create("an idea waiting out the pause", &["--triage"]);
     aux.reply(&waiting, Reply::graph(2, &[]));
     // What is awaited is the clock passing the 429's end, so this sleeps until that moment.
+    let short_pause_over = short_pause_ends.unwrap_or_else(Instant::now) + PAST_THE_END;
     std::thread::sleep(short_pause_over.saturating_duration_since(Instant::now()));
+    // Only a 402 given while the short pause was in force asks for it to be extended: one given
+    // after it ended would pause a board that was not paused.
+    let during_the_pause = match (short_pause_ends, answered(aux, &by_hand)) {
+        (None, _) => Err("the first sweep sent no call, so no 429 paused the board".to_owned()),
+        (Some(_), None) => {
+            Err("the decompose by hand sent no call, so no 402 was given".to_owned())
+        }
+        (Some(ends), Some(given)) if given >= ends => Err(format!(
+            "the 402 was given {:.1}s after the {} s pause had ended",
+            given.duration_since(ends).as_secs_f64(),
+            short_pause.as_secs()
+        )),
+        (Some(_), Some(_)) => Ok(()),
+    };
     let before_the_sweep = aux.bills();
 
     let sweep = decompose_all(&board);
@@ -117,12 +165,9 @@ fn a_longer_refusal_during_a_pause_extends_it(
         &waiting,
         transcript,
     )
+    .provided(&during_the_pause)
     .gap(GapKind::ProviderFaultNotPaused);
 }
-
-/// How long the provider holds the reply to a decompose by hand that was sent before the first
-/// pause: past that pause's end ([`SHORT_PAUSE_SECS`]) by a second or more.
-const LATE_REPLY_HOLD: Duration = Duration::from_secs(3);
 
 #[rstest]
 fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
@@ -130,11 +175,18 @@ fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
 ) {
     let aux = board.aux();
     let slow = board.create("an idea whose refusal comes late", &["--triage"]);
-    aux.reply(
+    // The slow refusal is held until the sweep's short pause has ended, however long the target
+    // takes to run the sweep; a later call about the card (a target that sweeps a card in
+    // flight) is refused at once, so the sweep never waits on the held one.
+    let gate = Gate::new();
+    aux.reply_in_turn(
         &slow,
-        Reply::http_error(429, "rate limited for a minute")
-            .retry_after(60)
-            .delayed(LATE_REPLY_HOLD),
+        vec![
+            Reply::http_error(429, "rate limited for a minute")
+                .retry_after(60)
+                .gated(&gate),
+            Reply::http_error(429, "rate limited for a minute").retry_after(60),
+        ],
     );
     let limited = board.create("an idea refused at once", &["--triage"]);
     aux.reply(
@@ -144,7 +196,7 @@ fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
 
     // The slow request leaves first; while it waits, a sweep's request is refused and pauses the
     // board for a second. The slow refusal lands after that pause ended, and must pause again.
-    let (manual, arrived, pausing) = std::thread::scope(|scope| {
+    let (manual, arrived, pausing, short_pause_ends) = std::thread::scope(|scope| {
         let manual = scope.spawn(|| decompose_card(&board, &slow));
         let arrived = try_wait_until(
             || aux.billed_for(&slow) > 0,
@@ -152,12 +204,32 @@ fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
             "the slow decompose's request",
         );
         let pausing = decompose_all(&board);
+        let short_pause_ends =
+            answered(aux, &limited).map(|at| at + Duration::from_secs(SHORT_PAUSE_SECS));
+        // What is awaited is the clock passing the short pause's end, so this sleeps until then.
+        let let_go_at = short_pause_ends.unwrap_or_else(Instant::now) + PAST_THE_END;
+        std::thread::sleep(let_go_at.saturating_duration_since(Instant::now()));
+        gate.release();
         let manual = match manual.join() {
             Ok(run) => run,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        (manual, arrived, pausing)
+        (manual, arrived, pausing, short_pause_ends)
     });
+    // Proven: the slow call was out while the sweep was refused, and its refusal was let go only
+    // after the pause that refusal set had ended.
+    let landed_late = match (&arrived, short_pause_ends) {
+        (Err(timeout), _) => Err(timeout.to_string()),
+        (Ok(()), None) => Err("the sweep sent no call, so no first pause was set".to_owned()),
+        (Ok(()), Some(ends)) => aux.open_until_released(&slow, &gate).and_then(|released| {
+            if released > ends {
+                Ok(())
+            } else {
+                Err("the slow refusal was let go before the first pause ended".to_owned())
+            }
+        }),
+    }
+    .map_err(|seen| format!("no refusal landed after an earlier pause ended: {seen}"));
     let manual_requests = aux.billed_for(&slow);
     let waiting = board.create("an idea waiting out the pause", &["--triage"]);
     aux.reply(&waiting, Reply::graph(2, &[]));
@@ -170,15 +242,13 @@ fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
         .exactly(1)
         .context(transcript)
         .gap(GapKind::NotOneRequest);
-    let mut late = sweep_billed_nothing(
+    sweep_billed_nothing(
         &board,
         "bills of a sweep after a refusal that landed once the first pause ended",
         aux.bills().saturating_sub(before_the_sweep),
         &waiting,
         transcript,
-    );
-    if let Err(timeout) = &arrived {
-        late = late.interrupted_by(Interruption::from(timeout));
-    }
-    late.gap(GapKind::ProviderFaultNotPaused);
+    )
+    .provided(&landed_late)
+    .gap(GapKind::ProviderFaultNotPaused);
 }

@@ -1,8 +1,6 @@
 //! Two `kanban decompose` processes racing on one card: exactly one graph is applied, never two
 //! (contract §7 B4: the apply transaction re-checks that the card is still in triage).
 
-use std::time::Duration;
-
 use fixtures::prelude::*;
 
 use crate::{assert_no_crash, json_lines};
@@ -11,28 +9,48 @@ use crate::{assert_no_crash, json_lines};
 fn two_racing_decomposes_apply_exactly_one_graph(board: Board) {
     let aux = board.aux();
     let root = board.create("one card, two hands", &["--triage"]);
-    // Held back longer than a process takes to start (upstream's Python start-up is the slow
-    // one), so both processes have read the card in triage and sent their call before either
-    // reply arrives.
-    let hold = if board.target().is_reference() {
-        Duration::from_millis(800)
-    } else {
-        Duration::from_secs(3)
-    };
-    aux.reply(&root, Reply::graph(3, &[(2, &[0])]).delayed(hold));
+    // The first call is answered only once both processes have sent theirs or ended: however
+    // slow the target is to start them, neither decides after the first graph was applied.
+    // Any later call is answered at once, so a target without a claim races on its own.
+    let gate = Gate::new();
+    aux.reply_in_turn(
+        &root,
+        vec![
+            Reply::graph(3, &[(2, &[0])]).gated(&gate),
+            Reply::graph(3, &[(2, &[0])]),
+        ],
+    );
 
     let args = ["kanban", "decompose", root.as_str(), "--json"];
-    let outputs: Vec<CliOutput> = std::thread::scope(|scope| {
+    let (outputs, both_decided) = std::thread::scope(|scope| {
         let racers: Vec<_> = (0..2)
             .map(|_| scope.spawn(|| board.cli_unchecked(args)))
             .collect();
-        racers
+        let both_decided = try_wait_until(
+            || {
+                let ended = racers.iter().filter(|racer| racer.is_finished()).count();
+                let calls = aux.billed_for(&root);
+                calls > 0 && ended + calls >= 2
+            },
+            board.target().cli_timeout(&["decompose"]),
+            "both decomposes to send their call or end",
+        );
+        gate.release();
+        let outputs: Vec<CliOutput> = racers
             .into_iter()
             .map(|racer| match racer.join() {
                 Ok(output) => output,
                 Err(panic) => std::panic::resume_unwind(panic),
             })
-            .collect()
+            .collect();
+        (outputs, both_decided)
+    });
+    let raced = match both_decided {
+        Err(timeout) => Err(timeout.to_string()),
+        Ok(()) => aux.open_until_released(&root, &gate).map(|_| ()),
+    }
+    .map_err(|seen| {
+        format!("the second decompose did not decide while the first call was out: {seen}")
     });
 
     for output in &outputs {
@@ -51,6 +69,7 @@ fn two_racing_decomposes_apply_exactly_one_graph(board: Board) {
     )
     .exactly(1)
     .context(transcript)
+    .provided(&raced)
     .gap(GapKind::DoubleApply);
     let mut findings = Findings::new();
     findings
@@ -65,6 +84,7 @@ fn two_racing_decomposes_apply_exactly_one_graph(board: Board) {
     findings
         .verdict("one graph's rows, one success")
         .context(transcript)
+        .provided(&raced)
         .gap(GapKind::DoubleApply);
     // Two requests mean both processes got past their triage check before either applied; one
     // means the target turned the second away earlier. Either is within the bound.

@@ -23,6 +23,12 @@ fn sweep_leaves_human_holds_alone(board: Board) {
     aux.reply(&fresh, Reply::graph(2, &[]));
 
     let sweep = decompose_all(&board);
+    // Holds left alone tell something only of a sweep that went to the provider at all.
+    let swept = if aux.bills() > 0 {
+        Ok(())
+    } else {
+        Err("the sweep sent no request at all, not even for the fresh card".to_owned())
+    };
 
     let rows = board.rows();
     // Billing a hold, moving it out of triage and reporting it attempted are one failure seen
@@ -42,6 +48,7 @@ fn sweep_leaves_human_holds_alone(board: Board) {
         .at_most(0)
         .note(|| touched.join("; "))
         .context(|| sweep.output.to_string())
+        .provided(&swept)
         .gap(GapKind::HoldDecomposed);
     let mut findings = Findings::new();
     findings
@@ -111,6 +118,13 @@ fn sweep_sends_nothing_while_the_kill_switch_is_off(
     let sweep = decompose_all(&board);
     let bills_of_the_sweep = aux.bills();
     let by_hand = decompose_card(&board, &cards[0]);
+    // A sweep that bills nothing shows the switch at work only if the provider was there to
+    // bill: the sweep reached it, or the decompose by hand after it did.
+    let reachable = if bills_of_the_sweep > 0 || aux.bills() > bills_of_the_sweep {
+        Ok(())
+    } else {
+        Err("neither the sweep nor the decompose by hand reached the provider".to_owned())
+    };
 
     bound(
         "bills of a sweep with the kill switch off",
@@ -119,6 +133,7 @@ fn sweep_sends_nothing_while_the_kill_switch_is_off(
     .exactly(0)
     .note(|| board.setting(Setting::KillSwitch))
     .context(|| sweep.output.to_string())
+    .provided(&reachable)
     .gap(GapKind::KillSwitchIgnored);
     let mut findings = Findings::new();
     findings

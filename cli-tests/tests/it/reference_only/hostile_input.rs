@@ -4,7 +4,7 @@
 //! bad line, a 900 KB provider error, `auto-decompose off`/`on` during a backoff, and a person's
 //! `decompose ID` under the board-wide guards.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use fixtures::prelude::*;
 use fixtures::rows::unix_ms_ago;
@@ -267,39 +267,46 @@ fn readers_survive_extreme_values_another_tool_wrote(board: Board) {
         .gap(GapKind::CallNotVisible);
 }
 
-/// How long the provider holds the reply of the attempt `unpark` must wait for.
-const IN_FLIGHT_HOLD: Duration = Duration::from_secs(3);
-
 #[rstest]
 fn unpark_of_a_card_in_flight_is_refused_until_its_attempt_ends(
     #[with(Config::plain().max_attempts(1).retries(0))] board: Board,
 ) {
     let aux = board.aux();
     let card = board.create("an idea on its last attempt", &["--triage"]);
-    aux.reply(&card, Reply::malformed().delayed(IN_FLIGHT_HOLD));
+    // The attempt's reply is let go only once the early unpark is done and its events read,
+    // however long that takes; any later call is answered at once.
+    let gate = Gate::new();
+    aux.reply_in_turn(
+        &card,
+        vec![Reply::malformed().gated(&gate), Reply::malformed()],
+    );
 
-    let (sweep, early, unparked_by_refusal, done_early) = std::thread::scope(|scope| {
+    let (sweep, early, unparked_by_refusal, arrived) = std::thread::scope(|scope| {
         let sweep = scope.spawn(|| decompose_all(&board));
-        wait_until(
+        let arrived = try_wait_until(
             || aux.billed_for(&card) > 0,
             board.target().cli_timeout(&["decompose"]),
             "the sweep's request",
         );
         let early = board.cli_unchecked(["kanban", "unpark", card.as_str()]);
-        let done_early = Instant::now();
         let unparked = board.rows().events(&card, "decompose_unparked").len();
+        gate.release();
         let sweep = match sweep.join() {
             Ok(run) => run,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        (sweep, early, unparked, done_early)
+        (sweep, early, unparked, arrived)
     });
-    let reply_sent = aux.bill_times(&card).first().map(|at| *at + IN_FLIGHT_HOLD);
+    let in_flight = match &arrived {
+        Err(timeout) => Err(timeout.to_string()),
+        Ok(()) => aux.open_until_released(&card, &gate).map(|_| ()),
+    }
+    .map_err(|seen| format!("the card was not in flight while the early unpark ran: {seen}"));
     let state_after_attempt = board.rows().decompose_state(&card);
     let later = board.cli_unchecked(["kanban", "unpark", card.as_str(), "--json"]);
 
     let transcript = || format!("{}\n{early}\n{later}", sweep.output);
-    let mut refused = holds(
+    holds(
         "`kanban unpark` of a card in flight exits 1 and says until when it is claimed",
         early.code == Some(1)
             && early
@@ -308,13 +315,9 @@ fn unpark_of_a_card_in_flight_is_refused_until_its_attempt_ends(
             && early.stderr.contains("until at least")
             && !early.stdout.contains("unparked"),
     )
-    .context(transcript);
-    if reply_sent.is_some_and(|sent| done_early >= sent) {
-        refused = refused.interrupted_by(Interruption::new(
-            "the unpark was not done before the attempt's reply was sent",
-        ));
-    }
-    refused.gap(GapKind::UnclearRefusal);
+    .context(transcript)
+    .provided(&in_flight)
+    .gap(GapKind::UnclearRefusal);
     let mut findings = Findings::new();
     findings
         .equal(
@@ -334,6 +337,7 @@ fn unpark_of_a_card_in_flight_is_refused_until_its_attempt_ends(
     findings
         .verdict("the attempt's end is recorded as it was, and unpark works after it")
         .context(|| format!("{}\n{}", transcript(), board.diag(&card)))
+        .provided(&in_flight)
         .gap(GapKind::RecoveryFailed);
 }
 
@@ -430,18 +434,21 @@ fn retry_after_in_any_form_pauses_between_the_floor_and_the_cap(
     // A sweep that started inside the pause sends nothing. The floor's one second is too short
     // to start one inside it for sure on a loaded machine, so those cases rest on the length.
     if expected.secs > FLOOR.secs {
-        let mut paused = bound(
+        let inside = match until_ms {
+            None => Err("`kanban usage` showed no pause".to_owned()),
+            Some(until) if sweep_started_ms >= until => {
+                Err("the sweep started after the pause had ended".to_owned())
+            }
+            Some(_) => Ok(()),
+        };
+        bound(
             "bills of a sweep inside the pause",
             aux.billed_for(&waiting),
         )
         .exactly(0)
-        .context(transcript);
-        if until_ms.is_none_or(|until| sweep_started_ms >= until) {
-            paused = paused.interrupted_by(Interruption::new(
-                "the sweep started after the pause had ended",
-            ));
-        }
-        paused.gap(GapKind::RetryAfterIgnored);
+        .context(transcript)
+        .provided(&inside)
+        .gap(GapKind::RetryAfterIgnored);
     }
 }
 
