@@ -115,7 +115,8 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
         Err("the gateway was not restarted".to_owned())
     } else if since_refusal >= Duration::from_secs(pause_secs) {
         Err(format!(
-            "the watch after the restart ended {:.1}s after the refusal, past the {pause_secs}s pause, so the count cannot tell a pause from none",
+            "the watch after the restart ended {:.1}s after the refusal, past the {pause_secs}s \
+             pause, so the count cannot tell a pause from none",
             since_refusal.as_secs_f64()
         ))
     } else {
