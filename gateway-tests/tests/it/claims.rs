@@ -8,7 +8,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{second_gateway_spec, span_of_ticks, start_gateway};
+use crate::support::{second_gateway_spec, start_gateway};
 
 /// No wait after a failure, so a card in flight is due at once but for its claim.
 const NO_BACKOFF: f64 = 0.0;
@@ -49,14 +49,10 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     // as the first gateway took from its start to its first call, twice over, to tick onto the
     // card while it is still in flight.
     let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
-    let first_start = aux
-        .bill_times(&card)
-        .first()
-        .map(|at| at.saturating_duration_since(gateway.started_at()))
-        .unwrap_or_default();
-    let second_had = first_start.saturating_mul(2) + span_of_ticks(board.target(), 2);
+    let first_start = gateway.time_to_first_bill(aux);
+    let second_had = fixtures::pace::ticking_after(first_start, board.target());
     let second_ran = try_wait_until(
-        || !second.running() || second.started_at().elapsed() >= second_had,
+        || second.ended_or_ran(second_had),
         second_had + board.target().first_bill_timeout(),
         "the second gateway's time to tick",
     );
@@ -130,11 +126,7 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     // The first gateway dispatches before the second starts, so the second is the one a target
     // may refuse.
     window.prove_ticks(&board, &first, 1);
-    let first_start = aux
-        .billed_calls()
-        .first()
-        .map(|call| call.arrived.saturating_duration_since(first.started_at()))
-        .unwrap_or_default();
+    let first_start = first.time_to_first_bill(aux);
     let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
     // The second gateway is not awaited (a refused one never gets ready), so a slow one could
     // start ticking only after the first had paid for every card, and a target with no claim
@@ -155,30 +147,17 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
             card
         })
         .collect();
-    let second_had = first_start.saturating_mul(2) + span_of_ticks(board.target(), 2);
+    let second_had = fixtures::pace::ticking_after(first_start, board.target());
     let any_card_billed = || cards.iter().any(|card| aux.billed_for(card) > 0);
     let contested = try_wait_until(
-        || {
-            !first.running()
-                || (any_card_billed()
-                    && (!second.running() || second.started_at().elapsed() >= second_had))
-        },
+        || !first.running() || (any_card_billed() && second.ended_or_ran(second_had)),
         second_had + board.target().first_bill_timeout(),
         "a shared card in flight while the second gateway had its time to tick",
     );
     gate.release();
     let in_flight = contested
         .map_err(|timeout| timeout.to_string())
-        .and_then(|()| {
-            let mut seen = Vec::new();
-            for card in &cards {
-                match aux.open_until_released(card, &gate) {
-                    Ok(_) => return Ok(()),
-                    Err(why) => seen.push(why),
-                }
-            }
-            Err(seen.join("; "))
-        })
+        .and_then(|()| aux.any_open_until_released(&cards, &gate))
         .map_err(|seen| {
             format!("no shared card was in flight while the second gateway had its time: {seen}")
         });

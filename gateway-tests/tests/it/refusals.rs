@@ -94,11 +94,7 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
     let mut window = Window::start();
     let mut gateway = start_gateway(&board);
     window.bills(&board, &gateway, 1, || aux.bills(), "the first call");
-    let first_start = aux
-        .billed_calls()
-        .first()
-        .map(|call| call.arrived.saturating_duration_since(gateway.started_at()))
-        .unwrap_or_default();
+    let first_start = gateway.time_to_first_bill(aux);
     window.watch(&gateway, REFUSAL_DELAY - SIGTERM_AHEAD);
     let refused_at = Instant::now() + SIGTERM_AHEAD;
     let mut stopped = None;

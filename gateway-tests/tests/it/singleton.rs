@@ -27,11 +27,7 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     let mut window = Window::start();
     let first = start_gateway(&board);
     window.prove_ticks(&board, &first, 1);
-    let first_start = aux
-        .billed_calls()
-        .first()
-        .map(|call| call.arrived.saturating_duration_since(first.started_at()))
-        .unwrap_or_default();
+    let first_start = first.time_to_first_bill(aux);
 
     // A refused gateway never reports readiness, so none is awaited; its own log keeps its
     // output apart from the first one's.
@@ -60,30 +56,17 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
             card
         })
         .collect();
-    let second_had = first_start.saturating_mul(2) + span_of_ticks(target, 2);
+    let second_had = fixtures::pace::ticking_after(first_start, target);
     let any_contested_billed = || contested.iter().any(|card| aux.billed_for(card) > 0);
     let held = try_wait_until(
-        || {
-            !first.running()
-                || (any_contested_billed()
-                    && (!second.running() || second.started_at().elapsed() >= second_had))
-        },
+        || !first.running() || (any_contested_billed() && second.ended_or_ran(second_had)),
         second_had + target.first_bill_timeout(),
         "a contested card in flight while the second gateway ended or had its time to tick",
     );
     gate.release();
     let in_flight = held
         .map_err(|timeout| timeout.to_string())
-        .and_then(|()| {
-            let mut seen = Vec::new();
-            for card in &contested {
-                match aux.open_until_released(card, &gate) {
-                    Ok(_) => return Ok(()),
-                    Err(why) => seen.push(why),
-                }
-            }
-            Err(seen.join("; "))
-        })
+        .and_then(|()| aux.any_open_until_released(&contested, &gate))
         .map_err(|seen| {
             format!(
                 "no contested card was in flight while the second gateway ended or had its \
@@ -227,17 +210,13 @@ struct Contest {
 fn contest(board: &Board, first: Gateway, mut window: Window, second: GatewaySpec) -> Contest {
     let target = board.target();
     let aux = board.aux();
-    let first_start = aux
-        .billed_calls()
-        .first()
-        .map(|call| call.arrived.saturating_duration_since(first.started_at()))
-        .unwrap_or_default();
+    let first_start = first.time_to_first_bill(aux);
     let second = Gateway::spawn(second);
     // Both are up (or the second has refused) before anything can be billed. Up means more than
     // a line in the log: a second gateway still starting while the refusals land pays for none
     // of them, and the count reads as one dispatcher's. It gets as long as the first took from
     // its start to its first call, twice over, plus two ticks.
-    let second_had = first_start.saturating_mul(2) + span_of_ticks(target, 2);
+    let second_had = fixtures::pace::ticking_after(first_start, target);
     let _ = try_wait_until(
         || {
             !second.running()
@@ -247,7 +226,7 @@ fn contest(board: &Board, first: Gateway, mut window: Window, second: GatewaySpe
         target.readiness_timeout().max(second_had),
         "the second gateway to start",
     );
-    let second_up = if !second.running() || second.started_at().elapsed() >= second_had {
+    let second_up = if second.ended_or_ran(second_had) {
         Ok(())
     } else {
         Err(format!(
