@@ -134,19 +134,18 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     // took from its start to its first call, twice over, plus two ticks; a call after it (a
     // card paid for a second time) is answered at once, so it shows.
     let gate = Gate::new();
+    let held_reply = Reply::default_single().delayed(SHARED_ANSWER).gated(&gate);
+    // A gateway may bill a card between its creation and its own reply being set: until every
+    // card has its reply, that call is held too.
+    aux.reply_default(held_reply.clone());
     let cards: Vec<String> = (0..SHARED_CARDS)
         .map(|i| {
             let card = board.create(&format!("shared idea {i}"), &["--triage"]);
-            aux.reply_in_turn(
-                &card,
-                vec![
-                    Reply::default_single().delayed(SHARED_ANSWER).gated(&gate),
-                    Reply::default_single(),
-                ],
-            );
+            aux.reply_in_turn(&card, vec![held_reply.clone(), Reply::default_single()]);
             card
         })
         .collect();
+    aux.reply_default(Reply::default_single());
     let second_had = fixtures::pace::ticking_after(first_start, board.target());
     let any_card_billed = || cards.iter().any(|card| aux.billed_for(card) > 0);
     let contested = try_wait_until(

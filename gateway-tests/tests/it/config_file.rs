@@ -123,7 +123,8 @@ pub fn run_with(board: &Board, what: NotAConfig) -> Outcome {
                     "`kanban create` failed with config.yaml replaced by {what:?} ({})",
                     created.code_text()
                 ))
-                .implying(GapKind::DispatcherBlocked)
+                // A CLI that cannot get past the config file reads it without bound.
+                .implying(GapKind::UnboundedConfigRead)
                 .with_detail(created.to_string()),
             );
             break;

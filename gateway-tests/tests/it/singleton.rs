@@ -43,19 +43,18 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     // twice over, plus two ticks. A second call (a card paid for again) is answered at once.
     let slow_call = target.tick_interval() * SLOW_CALL_TICKS;
     let gate = Gate::new();
+    let held_reply = Reply::default_single().delayed(slow_call).gated(&gate);
+    // A gateway may bill a card between its creation and its own reply being set: until every
+    // card has its reply, that call is held too.
+    aux.reply_default(held_reply.clone());
     let contested: Vec<String> = (0..CONTESTED_CARDS)
         .map(|i| {
             let card = board.create(&format!("contested idea {i}"), &["--triage"]);
-            aux.reply_in_turn(
-                &card,
-                vec![
-                    Reply::default_single().delayed(slow_call).gated(&gate),
-                    Reply::default_single(),
-                ],
-            );
+            aux.reply_in_turn(&card, vec![held_reply.clone(), Reply::default_single()]);
             card
         })
         .collect();
+    aux.reply_default(Reply::default_single());
     let second_had = fixtures::pace::ticking_after(first_start, target);
     let any_contested_billed = || contested.iter().any(|card| aux.billed_for(card) > 0);
     let held = try_wait_until(
