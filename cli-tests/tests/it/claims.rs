@@ -7,7 +7,7 @@ use regex::Regex;
 use rstest::rstest;
 
 use crate::{
-    assert_no_crash, decompose_all, decompose_card, judge_exit_code_provided, Decomposition,
+    assert_no_crash, decompose_all, judge_exit_code_provided, while_decompose_is_out, Decomposition,
 };
 
 /// Sweeps started at once.
@@ -137,22 +137,11 @@ fn a_card_in_flight_is_refused_to_a_second_decompose(board: Board) {
         vec![Reply::graph(2, &[]).gated(&gate), Reply::graph(2, &[])],
     );
 
-    let (first, arrived, second, sweep) = std::thread::scope(|scope| {
-        let first = scope.spawn(|| decompose_card(&board, &card));
-        let arrived = try_wait_until(
-            || aux.billed_for(&card) > 0,
-            board.target().cli_timeout(&["decompose"]),
-            "the first decompose's request",
-        );
-        let second = board.cli_unchecked(["kanban", "decompose", card.as_str()]);
-        let sweep = decompose_all(&board);
-        gate.release();
-        let first = match first.join() {
-            Ok(run) => run,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        (first, arrived, second, sweep)
-    });
+    let (first, (arrived, second, sweep)) =
+        while_decompose_is_out(&board, &card, &gate, |arrived| {
+            let second = board.cli_unchecked(["kanban", "decompose", card.as_str()]);
+            (arrived, second, decompose_all(&board))
+        });
     assert_no_crash(&second);
     let transcript = || format!("{}\n{}\n{}", first.output, second, sweep.output);
     // Requests that arrived before the first reply was let go were sent while the card was in

@@ -172,6 +172,32 @@ pub fn decompose_forced(board: &Board, id: &str) -> Decomposition {
 }
 
 /// `kanban decompose --all --json`.
+/// Runs `kanban decompose ID` of `card` on a thread of its own and, once its request has reached
+/// the provider (or the wait for it timed out: `during` is told which), runs `during` while that
+/// call is held by `gate`; then lets the reply go and returns the decompose beside what `during`
+/// returned. The card's first reply must be the one gated.
+pub fn while_decompose_is_out<T>(
+    board: &Board,
+    card: &str,
+    gate: &Gate,
+    during: impl FnOnce(Result<(), WaitTimeout>) -> T,
+) -> (Decomposition, T) {
+    std::thread::scope(|scope| {
+        let decompose = scope.spawn(|| decompose_card(board, card));
+        let arrived = try_wait_until(
+            || board.aux().billed_for(card) > 0,
+            board.target().cli_timeout(&["decompose"]),
+            "the decompose's request",
+        );
+        let seen = during(arrived);
+        gate.release();
+        match decompose.join() {
+            Ok(run) => (run, seen),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
 pub fn decompose_all(board: &Board) -> Decomposition {
     decompose(board, &["--all"])
 }

@@ -108,24 +108,12 @@ fn a_card_moved_on_while_its_call_is_out_gets_none_of_the_reply(
     // lands while the call is out.
     let gate = Gate::new();
     aux.reply(&root, Reply::graph(3, &[(2, &[0])]).gated(&gate));
-    let (output, moved) = std::thread::scope(|scope| {
-        let decompose = scope.spawn(|| crate::decompose_card(&board, &root));
-        let arrived = try_wait_until(
-            || aux.billed_for(&root) > 0,
-            board.target().cli_timeout(&["decompose"]),
-            "the decompose's request",
-        );
+    let (output, moved) = crate::while_decompose_is_out(&board, &root, &gate, |arrived| {
         // Moved by another tool while the request is out: only the apply's own re-check in its
         // transaction can see it.
-        let moved = arrived
+        arrived
             .map_err(|timeout| timeout.to_string())
-            .map(|()| board.rows().arrange_status(&root, status));
-        gate.release();
-        let output = match decompose.join() {
-            Ok(run) => run,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        (output, moved)
+            .map(|()| board.rows().arrange_status(&root, status))
     });
     let moved_while_out = match moved {
         Ok(1) => aux.open_until_released(&root, &gate).map(|_| ()),

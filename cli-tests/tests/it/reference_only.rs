@@ -522,32 +522,23 @@ fn a_claim_from_another_host_holds_the_card_for_its_attempts_span(board: Board) 
         vec![Reply::graph(2, &[]).gated(&gate), Reply::graph(2, &[])],
     );
 
-    let (first, second, arrived, shown, span) = std::thread::scope(|scope| {
-        let first = scope.spawn(|| decompose_card(&board, &card));
-        let arrived = try_wait_until(
-            || aux.billed_for(&card) > 0,
-            board.target().cli_timeout(&["decompose"]),
-            "the first decompose's request",
-        );
-        let span = board.rows().claim_span_ms(&card);
-        let claimed = board.rows().arrange_claim_from_another_host(&card);
-        let second = decompose_card(&board, &card);
-        let shown = board.cli(["kanban", "show", card.as_str()]);
-        gate.release();
-        let first = match first.join() {
-            Ok(run) => run,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        let arrived = arrived
-            .map_err(|timeout| timeout.to_string())
-            .and_then(|()| match claimed {
-                1 => Ok(()),
-                rows => Err(format!(
-                    "moving the claim to another host changed {rows} rows"
-                )),
-            });
-        (first, second, arrived, shown, span)
-    });
+    let (first, (second, arrived, shown, span)) =
+        crate::while_decompose_is_out(&board, &card, &gate, |arrived| {
+            let span = board.rows().claim_span_ms(&card);
+            let claimed = board.rows().arrange_claim_from_another_host(&card);
+            let second = decompose_card(&board, &card);
+            let shown = board.cli(["kanban", "show", card.as_str()]);
+            let arrived =
+                arrived
+                    .map_err(|timeout| timeout.to_string())
+                    .and_then(|()| match claimed {
+                        1 => Ok(()),
+                        rows => Err(format!(
+                            "moving the claim to another host changed {rows} rows"
+                        )),
+                    });
+            (second, arrived, shown, span)
+        });
     let in_flight = arrived
         .and_then(|()| aux.open_until_released(&card, &gate).map(|_| ()))
         .map_err(|seen| {

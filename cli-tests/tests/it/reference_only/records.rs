@@ -8,7 +8,7 @@ use rstest::rstest;
 use serde_json::{json, Value};
 
 use crate::outage::provider_down;
-use crate::{decompose_all, decompose_card, decompose_forced};
+use crate::{decompose_all, decompose_card, decompose_forced, while_decompose_is_out};
 
 fn outcomes(board: &Board, card: &str) -> Vec<String> {
     board
@@ -284,20 +284,8 @@ fn a_sweep_closing_a_dead_process_request_leaves_a_live_processes_card_alone(
         .rows()
         .arrange_request_left_in_flight(&dead, "gateway");
 
-    let (first, arrived, sweep) = std::thread::scope(|scope| {
-        let first = scope.spawn(|| decompose_card(&board, &live));
-        let arrived = try_wait_until(
-            || aux.billed_for(&live) > 0,
-            board.target().cli_timeout(&["decompose"]),
-            "the live decompose's request",
-        );
-        let sweep = decompose_all(&board);
-        gate.release();
-        let first = match first.join() {
-            Ok(run) => run,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        (first, arrived, sweep)
+    let (first, (arrived, sweep)) = while_decompose_is_out(&board, &live, &gate, |arrived| {
+        (arrived, decompose_all(&board))
     });
 
     let transcript = || format!("{}\n{}", first.output, sweep.output);
