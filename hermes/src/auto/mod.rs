@@ -117,7 +117,12 @@ pub fn describe_recovered(recovered: &Recovered) -> Option<String> {
     if !recovered.parked.is_empty() {
         parts.push(format!(
             "parked {} (that was its last attempt)",
-            recovered.parked.join(", ")
+            recovered
+                .parked
+                .iter()
+                .map(|card| card.task_id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     if !recovered.refunded.is_empty() {

@@ -269,6 +269,10 @@ struct Dispatcher {
     wal_files_notice: Notice,
     /// When rows dated in the future were last looked for (`None`: not yet).
     redate_checked: Option<Instant>,
+    /// The parks this gateway has warned about, by card and the attempt that spent the budget:
+    /// a park whose record was lost (a `kanban.db-wal` deleted before the commit reached
+    /// `kanban.db`) is written again by recovery, and is still one park to the operator.
+    announced_parks: HashSet<(String, u32)>,
 }
 
 /// What reading `config.yaml` found.
@@ -340,6 +344,7 @@ impl Dispatcher {
             end_notice: Notice::default(),
             wal_files_notice: Notice::default(),
             redate_checked: None,
+            announced_parks: HashSet::new(),
         };
         // The start-up warnings were logged with the gateway's first lines.
         let _ = dispatcher.config_warnings.fresh(&dispatcher.config);
@@ -368,8 +373,18 @@ impl Dispatcher {
                     warn!("{line}");
                 }
                 for card in &parked {
+                    if !self.first_announcement(&card.task_id, card.attempt) {
+                        info!(
+                            card = %card.task_id,
+                            "parked {} again at attempt {}: the record of the park this gateway \
+                             warned about was lost from the board",
+                            card.task_id,
+                            card.attempt
+                        );
+                        continue;
+                    }
                     warn_parked(
-                        card,
+                        &card.task_id,
                         "its last automatic attempt was abandoned before it could record how it \
                          went (its request may have been billed)",
                     );
@@ -472,6 +487,12 @@ impl Dispatcher {
                 error_chain(&err)
             ),
         }
+    }
+
+    /// Records that this gateway warns about `task_id`'s park at `attempt`; false when it
+    /// already has.
+    fn first_announcement(&mut self, task_id: &str, attempt: u32) -> bool {
+        self.announced_parks.insert((task_id.to_owned(), attempt))
     }
 
     fn rebuild_context(&mut self) {
@@ -780,10 +801,13 @@ impl Dispatcher {
                 attempt,
                 reason,
                 ..
-            } => warn_parked(
-                &task_id,
-                &format!("{attempt} automatic attempts failed (last: {reason})"),
-            ),
+            } => {
+                self.first_announcement(&task_id, *attempt);
+                warn_parked(
+                    &task_id,
+                    &format!("{attempt} automatic attempts failed (last: {reason})"),
+                );
+            }
             AttemptOutcome::Refused {
                 refusal: BeginRefusal::Parked { attempts },
                 ..

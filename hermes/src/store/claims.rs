@@ -93,10 +93,19 @@ pub struct Recovered {
     /// Cards whose abandoned attempt never sent a request: not counted after all.
     pub refunded: Vec<String>,
     /// Cards parked because the abandoned attempt was their last.
-    pub parked: Vec<String>,
+    pub parked: Vec<ParkedCard>,
     /// Rows dated in the future (a clock that ran ahead was corrected), re-dated to now first
     /// (see `auto::recover`).
     pub redated: super::Redated,
+}
+
+/// A card recovery parked, with the attempt that spent its budget: the gateway owes one WARN
+/// per park, and knows by this pair a park it announced once already (its record lost, say,
+/// with a `kanban.db-wal` deleted under it) from a new one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkedCard {
+    pub task_id: String,
+    pub attempt: u32,
 }
 
 impl Recovered {
@@ -384,7 +393,10 @@ pub(crate) fn abandon(
         recovered.failed.push(claim.task_id.clone());
         if park {
             announce_parked(tx, &claim.task_id, attempts, &reason, by)?;
-            recovered.parked.push(claim.task_id.clone());
+            recovered.parked.push(ParkedCard {
+                task_id: claim.task_id.clone(),
+                attempt: claim.attempt,
+            });
         }
     }
     tx.execute(

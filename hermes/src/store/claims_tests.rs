@@ -358,7 +358,7 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
             expired: vec![],
             failed,
             refunded: vec![],
-            parked: vec![last.clone()],
+            parked: vec![parked_at_last_attempt(&last)],
             ..Recovered::default()
         }
     );
@@ -860,4 +860,12 @@ fn an_attempt_whose_claim_was_taken_over_writes_nothing_more() {
         (Some("another-attempt"), 2),
         "the other attempt's claim stands"
     );
+}
+
+/// How recovery reports a card whose abandoned attempt was its last.
+fn parked_at_last_attempt(task_id: &str) -> super::ParkedCard {
+    super::ParkedCard {
+        task_id: task_id.to_owned(),
+        attempt: MAX_ATTEMPTS,
+    }
 }

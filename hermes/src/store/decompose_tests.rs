@@ -608,7 +608,7 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
                     expired: vec![],
                     failed: vec![poison.clone()],
                     refunded: vec![],
-                    parked: vec![poison.clone()],
+                    parked: vec![parked_at_last_attempt(&poison)],
                     ..Recovered::default()
                 }
             );
@@ -1817,4 +1817,12 @@ fn a_card_whose_text_is_not_text_is_set_aside_once_and_never_takes_a_slot() {
         "{refused:?}"
     );
     assert_eq!(kinds(&store, &blob), ["created", "decompose_parked"]);
+}
+
+/// How recovery reports a card whose abandoned attempt was its last.
+fn parked_at_last_attempt(task_id: &str) -> super::ParkedCard {
+    super::ParkedCard {
+        task_id: task_id.to_owned(),
+        attempt: MAX_ATTEMPTS,
+    }
 }
