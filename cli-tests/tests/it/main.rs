@@ -86,7 +86,7 @@ mod unreadable;
 mod zero_cost;
 
 /// The original suite's fan-out bound: generous over the prompt's advisory 2–6 children.
-pub const MAX_CHILDREN: usize = 64;
+pub const SEED_MAX_CHILDREN: usize = 64;
 
 /// The keys of the `--json` line of `kanban decompose`, in the documented order.
 pub const JSON_LINE_KEYS: [&str; 6] = [

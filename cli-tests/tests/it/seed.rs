@@ -5,7 +5,7 @@ use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
 use rstest::rstest;
 
-use crate::{decompose_card, MAX_CHILDREN};
+use crate::{decompose_card, SEED_MAX_CHILDREN};
 
 #[rstest]
 fn huge_decompose_reply_is_bounded(board: Board) {
@@ -18,7 +18,7 @@ fn huge_decompose_reply_is_bounded(board: Board) {
     let rows = board.rows();
     let kids = rows.children_of(&root);
     bound("child rows", kids.len())
-        .at_most(MAX_CHILDREN)
+        .at_most(SEED_MAX_CHILDREN)
         .context(|| board.diag(&root))
         .gap(GapKind::UnboundedFanout);
     bound("requests for one decompose", aux.billed_for(&root))

@@ -12,7 +12,7 @@ use rstest::rstest;
 use crate::support::{
     blocked_probe_timeout, no_graph_findings, rebill_note, settle_budget, start_gateway,
 };
-use crate::{MAX_CHILDREN, MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
+use crate::{DEFAULT_MAX_CHILDREN, MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// A target rightly pauses every card after a 401/402/403 (or for a 429's `Retry-After`); a short
 /// cooldown lets the tick probes through afterwards, so this file can count one card's bills
@@ -117,7 +117,7 @@ fn judge_doomed_card(board: &Board, doomed: &str, settings: &[Setting]) {
 }
 
 #[rstest]
-#[case::too_many_children(Reply::graph(MAX_CHILDREN + 1, &[]), GapKind::UnboundedFanout)]
+#[case::too_many_children(Reply::graph(DEFAULT_MAX_CHILDREN + 1, &[]), GapKind::UnboundedFanout)]
 #[case::cycle(
     Reply::graph(3, &[(0, &[2]), (1, &[0]), (2, &[1])]),
     GapKind::InvalidGraphApplied

@@ -9,7 +9,7 @@ use fixtures::prelude::*;
 use rstest::rstest;
 
 use crate::support::{blocked_probe_timeout, span_of_ticks, start_gateway};
-use crate::{MAX_CHILDREN, PROBE_TICKS, SHORT_BACKOFF};
+use crate::{DEFAULT_MAX_CHILDREN, PROBE_TICKS, SHORT_BACKOFF};
 
 /// Cards attempted per tick in the in-flight test.
 const PER_TICK: u32 = 3;
@@ -167,7 +167,7 @@ fn a_fanout_at_the_child_cap_is_applied_and_one_child_more_is_rejected(
     // A target without the setting is judged by the contract's cap.
     let cap = match configured {
         Some(cap) if board.reads(Setting::MaxChildren) => cap as usize,
-        _ => MAX_CHILDREN,
+        _ => DEFAULT_MAX_CHILDREN,
     };
     let aux = board.aux();
     let at_cap = board.create("a feature of exactly the cap's size", &["--triage"]);

@@ -44,7 +44,7 @@ pub const MAX_FAILED_ATTEMPTS: usize = 3;
 
 /// The reference's default `kanban.decompose_max_children`: a fan-out with more children is
 /// rejected whole.
-pub const MAX_CHILDREN: usize = 8;
+pub const DEFAULT_MAX_CHILDREN: usize = 8;
 
 /// How many paid calls a provider-wide refusal (401/402/403/429) may cost, however many cards
 /// are waiting: the one call that discovered it.

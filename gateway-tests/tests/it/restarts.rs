@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 use rstest::rstest;
 
 use crate::support::{no_graph_findings, start_gateway};
-use crate::{MAX_CHILDREN, MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
+use crate::{DEFAULT_MAX_CHILDREN, MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// How long the provider holds a poison card's call before failing it: far longer than it takes
 /// the test to kill the gateway once the call arrived, so the kill lands mid-call.
@@ -99,7 +99,7 @@ fn sigkill_while_a_graph_is_written_leaves_all_children_or_none() {
     let graph = if Config::reads(current_target(), Setting::MaxChildren) {
         BIG_GRAPH
     } else {
-        MAX_CHILDREN
+        DEFAULT_MAX_CHILDREN
     };
     let board = Board::new(Config::gateway().max_children(BIG_GRAPH as u32));
     let aux = board.aux();
