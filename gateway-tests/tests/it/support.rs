@@ -8,10 +8,7 @@ use fixtures::prelude::*;
 
 use crate::MAX_FAILED_ATTEMPTS;
 
-/// How long SIGTERM may take before the guard escalates to SIGKILL: the contract's 5 s, plus a
-/// second of slack for process start-up noise. A target that ignores SIGTERM mid-call costs this
-/// much, not the guard's default 20 s.
-pub const STOP_GRACE: Duration = Duration::from_secs(6);
+pub use fixtures::scenario::STOP_GRACE;
 
 /// Starts `gateway run` on `board` under a guard that stops it within [`STOP_GRACE`].
 ///
