@@ -67,8 +67,8 @@ pub fn one_line(text: &str) -> String {
 
 /// `1 call`, `2 calls`: a count with its noun in the right number. `noun` is the singular;
 /// the plural adds `s`, or `ies` in place of a final `y` (`try`, `tries`).
-pub fn count(n: impl Into<u64>, noun: &str) -> String {
-    let n = n.into();
+pub fn count(n: impl TryInto<u64>, noun: &str) -> String {
+    let n = n.try_into().unwrap_or(u64::MAX);
     if n == 1 {
         return format!("1 {noun}");
     }

@@ -223,15 +223,16 @@ fn print_calls(
 /// The model decompose calls name under the current config. The ledger keeps no model per
 /// call (its schema has no such column), so this is what the config says now, labelled so.
 fn model_line(ctx: &Context) -> String {
-    let model = if ctx.config_broken {
-        "unknown (config.yaml could not be used)".to_owned()
-    } else {
-        ctx.config
-            .decomposer_model()
-            .map(|m| one_line(&m))
-            .unwrap_or_else(|| "none configured".to_owned())
-    };
-    format!("model: {model} (as configured now; the ledger does not record each call's model)")
+    const UNRECORDED: &str = "the ledger does not record each call's model";
+    if ctx.config_broken {
+        return format!("model: unknown, config.yaml could not be used ({UNRECORDED})");
+    }
+    let model = ctx
+        .config
+        .decomposer_model()
+        .map(|m| one_line(&m))
+        .unwrap_or_else(|| "none configured".to_owned());
+    format!("model: {model} (as configured now; {UNRECORDED})")
 }
 
 fn call_json(call: &LedgerCall) -> serde_json::Value {

@@ -419,7 +419,7 @@ fn a_bad_config_names_the_key() {
             "{text}"
         );
         assert!(
-            text.contains("model: unknown (config.yaml could not be used)"),
+            text.contains("model: unknown, config.yaml could not be used (the ledger"),
             "{text}"
         );
     }
