@@ -117,9 +117,10 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
         SweepStop::Done => {
             if swept.not_attempted > 0 {
                 note(&format!(
-                    "{} triage card(s) not attempted: parked, in backoff, held for a person or \
-                     opted out (`hermes kanban show ID` says which)",
-                    swept.not_attempted
+                    "{} not attempted: parked, in backoff, held for a person or opted out \
+                     (`hermes kanban show ID` says which, `hermes kanban list --parked` lists \
+                     the parked ones)",
+                    super::render::count(swept.not_attempted, "triage card")
                 ));
             }
             Ok(outcome)

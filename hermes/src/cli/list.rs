@@ -4,12 +4,18 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use serde_json::Value;
 
-use super::render::{task_json, task_line};
+use super::render::{is_parked, task_json, task_line};
 use super::{CliError, Context, Outcome};
 use crate::store::{ListFilter, Status};
 
 /// Arguments of `kanban list`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+One line per card, oldest first: id, status, assignee, title; a parked card (a triage card \
+whose automatic decompose budget is spent) shows `[parked]` before its title. Parked is not a \
+status: `--parked` lists only those cards, and `hermes kanban unpark ID` gives one a fresh budget.
+With --json: an array of cards; a card with decompose bookkeeping has a `decompose` object whose \
+`parked` is true once its budget is spent.")]
 pub struct ListArgs {
     /// Only cards in this status.
     #[arg(
@@ -25,16 +31,24 @@ pub struct ListArgs {
     /// Include archived cards.
     #[arg(long)]
     pub archived: bool,
+    /// Only parked cards: triage cards whose automatic decompose budget is spent
+    /// (`hermes kanban unpark ID` gives one a fresh budget).
+    #[arg(long)]
+    pub parked: bool,
 }
 
-/// Lists cards, oldest first: a JSON array of cards, or one line per card.
+/// Lists cards, oldest first: a JSON array of cards, or one line per card (a parked card's
+/// marked, see [`task_line`]).
 pub fn run(ctx: &Context, args: &ListArgs) -> Result<Outcome, CliError> {
     let store = ctx.open_store()?;
-    let tasks = store.list(&ListFilter {
+    let mut tasks = store.list(&ListFilter {
         status: args.status,
         assignee: args.assignee.clone(),
         include_archived: args.archived,
     })?;
+    if args.parked {
+        tasks.retain(is_parked);
+    }
     if ctx.json {
         ctx.print_json(&Value::Array(tasks.iter().map(task_json).collect()))?;
     } else if tasks.is_empty() {

@@ -95,6 +95,14 @@ impl Command {
             ),
         }
     }
+
+    /// Whether the verb runs on the defaults when `config.yaml` cannot be used (unreadable,
+    /// unparsable, a value out of range), warning instead of refusing: only `kanban usage`,
+    /// which reads the ledger and bills nothing, so what was billed stays visible while the
+    /// config is being fixed. Every verb that bills, or changes what the bounds allow, refuses.
+    pub fn survives_broken_config(&self) -> bool {
+        matches!(self, Command::Kanban(KanbanCommand::Usage(_)))
+    }
 }
 
 /// `hermes gateway …`.
@@ -115,6 +123,9 @@ pub struct Context {
     pub config: Config,
     /// `--json` was given.
     pub json: bool,
+    /// `config.yaml` could not be used and `config` holds the defaults instead (only for
+    /// [`Command::survives_broken_config`]; the error was printed as a warning).
+    pub config_broken: bool,
 }
 
 impl Context {
@@ -279,8 +290,20 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
     // Board-only verbs do not read config.yaml at all: a config written by upstream is 15 kB
     // of YAML, whose parsing would cost more than the rest of a `kanban create`. A broken or
     // misspelt config is reported by every verb that uses it, before anything is billed.
+    let mut config_broken = false;
     let config = if cli.command.reads_config() {
-        Config::load(&home)?
+        match Config::load(&home) {
+            Ok(config) => config,
+            Err(e) if cli.command.survives_broken_config() => {
+                eprintln_safely(&format!(
+                    "hermes: warning: {:#}; showing the ledger with the default settings",
+                    anyhow::Error::from(e)
+                ));
+                config_broken = true;
+                Config::default()
+            }
+            Err(e) => return Err(e.into()),
+        }
     } else {
         Config::default()
     };
@@ -298,6 +321,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
         home,
         config,
         json: cli.json,
+        config_broken,
     };
     match &cli.command {
         Command::Kanban(verb) => match verb {

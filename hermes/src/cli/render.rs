@@ -65,21 +65,56 @@ pub fn one_line(text: &str) -> String {
     crate::core::text::one_line(text).into_owned()
 }
 
-/// The `list` line of a card: id, status, assignee, title.
+/// `1 call`, `2 calls`: a count with its noun in the right number. `noun` is the singular;
+/// the plural adds `s`, or `ies` in place of a final `y` (`try`, `tries`).
+pub fn count(n: impl TryInto<u64>, noun: &str) -> String {
+    let n = n.try_into().unwrap_or(u64::MAX);
+    if n == 1 {
+        return format!("1 {noun}");
+    }
+    match noun.strip_suffix('y') {
+        Some(stem) => format!("{n} {stem}ies"),
+        None => format!("{n} {noun}s"),
+    }
+}
+
+/// Whether the card's automatic budget is spent (`kanban unpark` gives it a fresh one).
+pub fn is_parked(task: &Task) -> bool {
+    task.decompose
+        .as_ref()
+        .is_some_and(|d| d.parked_at_ms.is_some())
+}
+
+/// What a parked card's text shows before its title in `list`.
+pub const PARKED_MARK: &str = "[parked]";
+
+/// The `list` line of a card: id, status, assignee, then [`PARKED_MARK`] on a parked card, and
+/// the title.
 pub fn task_line(task: &Task) -> String {
     let assignee = task
         .assignee
         .as_deref()
         .map(one_line)
         .unwrap_or_else(|| "-".to_owned());
+    let mark = if is_parked(task) {
+        format!("{PARKED_MARK} ")
+    } else {
+        String::new()
+    };
     format!(
-        "{}  {:<9} {:<16} {}",
+        "{}  {:<9} {:<16} {mark}{}",
         task.id,
         task.status.as_str(),
         assignee,
         one_line(&task.title)
     )
 }
+
+/// How `show` and `usage` explain the attempt counter: it counts the current budget only.
+pub const ATTEMPTS_EXPLAINED: &str = "attempts count the card's current automatic budget \
+     (kanban.decompose_max_attempts): `hermes kanban unpark` starts a fresh one, and an attempt \
+     retried after a transient error makes more than one call, so a card may show more calls \
+     than attempts";
 
 pub use crate::clock::utc;
 
@@ -90,6 +125,15 @@ mod tests {
     #[test]
     fn control_characters_are_escaped_in_text_output() {
         assert_eq!(one_line("a\nb\tc\u{1b}[2J 🚀"), "a\\nb\\tc\\u{1b}[2J 🚀");
+    }
+
+    #[test]
+    fn counts_read_right() {
+        assert_eq!(count(1u32, "call"), "1 call");
+        assert_eq!(count(0u32, "call"), "0 calls");
+        assert_eq!(count(2u64, "attempt"), "2 attempts");
+        assert_eq!(count(1u32, "try"), "1 try");
+        assert_eq!(count(3u32, "try"), "3 tries");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::render::{event_json, one_line, task_json, utc};
-use super::{CliError, Context, Outcome};
+use super::render::{count, event_json, one_line, task_json, utc};
+use super::{round_up_secs, CliError, Context, Outcome};
 use crate::store::payload_text;
 
 /// Arguments of `kanban show`.
@@ -25,9 +25,9 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
     let events = store.events_of(&task.id)?;
     let runs = store.runs_of(&task.id)?;
     let latest_summary = store.latest_summary(&task.id)?;
-    let claim = store
-        .claim(&task.id)?
-        .filter(|claim| claim.holds(crate::clock::now_ms()));
+    let now = crate::clock::now_ms();
+    let claim = store.claim(&task.id)?.filter(|claim| claim.holds(now));
+    let pause = store.pause_in_force(now)?;
 
     if ctx.json {
         ctx.print_json(&json!({
@@ -82,11 +82,32 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
     if let Some(d) = &task.decompose {
         let when = match (d.opt_out, d.parked_at_ms, d.due_at_ms) {
             (true, _, _) => "opted out of automatic attempts".to_owned(),
-            (false, Some(_), _) => "parked (attempt budget spent)".to_owned(),
-            (false, None, Some(due)) => format!("next attempt from {}", utc(due.div_euclid(1000))),
+            (false, Some(_), _) => format!(
+                "parked: automatic budget spent (`hermes kanban unpark {}` gives a fresh one)",
+                task.id
+            ),
+            (false, None, Some(due)) => match &pause {
+                // Nothing automatic runs before the pause ends, whatever the card's own date.
+                Some(p) if p.until_ms > due => format!(
+                    "next attempt from {}: the board is paused until then ({}; `hermes kanban \
+                     resume` lifts it)",
+                    utc(round_up_secs(p.until_ms)),
+                    one_line(&p.reason)
+                ),
+                Some(p) => format!(
+                    "next attempt from {} (the board is paused until {}: {})",
+                    utc(round_up_secs(due)),
+                    utc(round_up_secs(p.until_ms)),
+                    one_line(&p.reason)
+                ),
+                None => format!("next attempt from {}", utc(round_up_secs(due))),
+            },
             (false, None, None) => "no automatic attempt pending".to_owned(),
         };
-        lines.push(format!("  decompose: {} attempt(s); {when}", d.attempts));
+        lines.push(format!(
+            "  decompose: {} on the current budget; {when}",
+            count(d.attempts, "attempt")
+        ));
         if let Some(err) = &d.last_error {
             lines.push(format!("             last error: {}", one_line(err)));
         }

@@ -3,6 +3,7 @@
 use clap::Args;
 use serde_json::json;
 
+use super::render::count;
 use super::{operator, round_up_secs, CliError, Context, Outcome};
 use crate::clock::{now_ms, utc};
 
@@ -57,8 +58,9 @@ pub fn run(ctx: &Context, args: &UnparkArgs) -> Result<Outcome, CliError> {
         ),
     };
     ctx.print(&format!(
-        "Unparked {}: budget reset after {} attempts; {next}",
-        done.task_id, done.attempts_before
+        "Unparked {}: budget reset after {}; {next}",
+        done.task_id,
+        count(done.attempts_before, "attempt")
     ))?;
     Ok(Outcome::Success)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use super::render::one_line;
+use super::render::{count, one_line, ATTEMPTS_EXPLAINED};
 use super::{CliError, Context, Outcome};
 use crate::clock::{now_ms, utc};
 use crate::store::{CallFilter, LedgerCall, StoreError};
@@ -14,8 +14,13 @@ use crate::store::{CallFilter, LedgerCall, StoreError};
 /// Arguments of `kanban usage`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Without --calls: per-card calls and tokens, board totals, the hourly window, any pause in force \
-and the last `kanban resume` (with --json, a `last_resume` object once there has been one).
+Without --calls: per-card calls and tokens, board totals, the model configured now, the hourly \
+window, any pause in force and the last `kanban resume` (with --json, a `last_resume` object once \
+there has been one). A card's attempts count its current automatic budget only: `kanban unpark` \
+starts a fresh one, and a retried attempt makes more than one call.
+The ledger records no model per call: the model line (on stderr with --calls) is what \
+config.yaml names now. A config.yaml that cannot be used is reported as a warning, and the \
+ledger shown with the default settings (usage bills nothing).
 With --calls: one line per paid call, oldest first: start time (UTC), card, origin \
 (gateway/sweep/manual), attempt, try, outcome, HTTP status, prompt+completion tokens, duration. \
 With --json, one JSON object per line: {\"id\", \"started_at\", \"task_id\", \"origin\", \
@@ -103,8 +108,8 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
         n => format!(", {n} unknown: maybe billed, left in flight by a process that died"),
     };
     let mut lines = vec![format!(
-        "{} paid calls ({} ok, {} failed{unknown}), {} prompt + {} completion tokens{}",
-        report.totals.calls,
+        "{} ({} ok, {} failed{unknown}), {} prompt + {} completion tokens{}",
+        count(report.totals.calls, "paid call"),
         report.totals.ok,
         report.totals.failed,
         report.totals.prompt_tokens,
@@ -114,14 +119,26 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
             .map(|s| format!(" since {}", utc(s)))
             .unwrap_or_default()
     )];
+    lines.push(model_line(ctx));
     lines.push(format!(
-        "last hour: {} of {} allowed (kanban.decompose_calls_per_hour)",
-        report.window.calls_last_hour, report.window.limit
+        "last hour: {} of {} allowed ({}kanban.decompose_calls_per_hour{})",
+        report.window.calls_last_hour,
+        report.window.limit,
+        if ctx.config_broken {
+            "the default "
+        } else {
+            ""
+        },
+        if ctx.config_broken {
+            ": config.yaml could not be used"
+        } else {
+            ""
+        }
     ));
     if report.totals.unreachable > 0 {
         lines.push(format!(
-            "{} request(s) never reached the provider (not billed, not counted above)",
-            report.totals.unreachable
+            "{} never reached the provider (not billed, not counted above)",
+            count(report.totals.unreachable, "request")
         ));
     }
     for pause in [&report.pause, &report.unreachable].into_iter().flatten() {
@@ -142,9 +159,9 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
     }
     for card in &report.cards {
         lines.push(format!(
-            "{}  {:>3} calls ({} ok, {} failed{}{})  attempts {}{}  {}",
+            "{}  {:>9} ({} ok, {} failed{}{})  {} on the current budget{}  {}",
             card.task_id,
-            card.calls,
+            count(card.calls, "call"),
             card.ok,
             card.failed,
             match card.unknown {
@@ -155,10 +172,19 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
                 0 => String::new(),
                 n => format!("; {n} never reached the provider"),
             },
-            card.attempts,
-            if card.parked { " PARKED" } else { "" },
+            count(card.attempts, "attempt"),
+            if card.parked { ", PARKED" } else { "" },
             one_line(card.title.as_deref().unwrap_or("(card gone)"))
         ));
+    }
+    if !report.cards.is_empty() {
+        lines.push(format!("({ATTEMPTS_EXPLAINED})"));
+    }
+    if report.cards.iter().any(|card| card.parked) {
+        lines.push(
+            "(a PARKED card's budget is spent: `hermes kanban unpark ID` gives it a fresh one)"
+                .to_owned(),
+        );
     }
     ctx.print(&lines.join("\n"))?;
     Ok(Outcome::Success)
@@ -187,9 +213,26 @@ fn print_calls(
         ctx.print(&note)?;
         return Ok(Outcome::Success);
     }
+    // stdout keeps one line per call; the model, which no row records, goes beside it.
+    super::note(&model_line(ctx));
     let lines: Vec<String> = calls.iter().map(call_line).collect();
     ctx.print(&lines.join("\n"))?;
     Ok(Outcome::Success)
+}
+
+/// The model decompose calls name under the current config. The ledger keeps no model per
+/// call (its schema has no such column), so this is what the config says now, labelled so.
+fn model_line(ctx: &Context) -> String {
+    const UNRECORDED: &str = "the ledger does not record each call's model";
+    if ctx.config_broken {
+        return format!("model: unknown, config.yaml could not be used ({UNRECORDED})");
+    }
+    let model = ctx
+        .config
+        .decomposer_model()
+        .map(|m| one_line(&m))
+        .unwrap_or_else(|| "none configured".to_owned());
+    format!("model: {model} (as configured now; {UNRECORDED})")
 }
 
 fn call_json(call: &LedgerCall) -> serde_json::Value {

@@ -151,6 +151,15 @@ impl Config {
         }
     }
 
+    /// The model decompose calls name: the decomposer's own `model`, else `model.default`.
+    pub fn decomposer_model(&self) -> Option<String> {
+        self.auxiliary
+            .kanban_decomposer
+            .model
+            .clone()
+            .or_else(|| self.model.default.clone())
+    }
+
     /// Resolves where decompose calls go, reading keys from the process environment and then
     /// from `<home>/.env`.
     pub fn decomposer_endpoint(
@@ -190,10 +199,8 @@ impl Config {
         {
             return Err(DecomposerSetupError::UnsupportedApiMode(mode.to_owned()));
         }
-        let model = own
-            .model
-            .clone()
-            .or_else(|| self.model.default.clone())
+        let model = self
+            .decomposer_model()
             .ok_or(DecomposerSetupError::MissingKey("model.default"))?;
         let own_key = || {
             own.api_key

@@ -54,6 +54,12 @@ impl Store {
         self.read(board_pause)
     }
 
+    /// The board-wide pause in force at `now_ms`, whichever kind it is (the longer, when both
+    /// run): what holds back every automatic attempt until it ends.
+    pub fn pause_in_force(&self, now_ms: i64) -> Result<Option<Pause>, StoreError> {
+        self.read(|conn| pause_in_force(conn, now_ms))
+    }
+
     /// The board-wide pause for an unreachable provider, if one was ever set (it may have
     /// expired). The product reads it inside its gate's own read; this is for unit tests.
     #[cfg(test)]
@@ -76,13 +82,7 @@ pub(crate) fn auto_gate(
     now_ms: i64,
     calls_per_hour: u32,
 ) -> Result<AutoGate, StoreError> {
-    let pauses = [board_pause(conn)?, unreachable_pause(conn)?];
-    if let Some(pause) = pauses
-        .into_iter()
-        .flatten()
-        .filter(|p| p.until_ms > now_ms)
-        .max_by_key(|p| p.until_ms)
-    {
+    if let Some(pause) = pause_in_force(conn, now_ms)? {
         return Ok(AutoGate::Paused {
             until_ms: pause.until_ms,
             reason: pause.reason,
@@ -109,13 +109,7 @@ pub(crate) fn guards_in_force(
     calls_per_hour: u32,
 ) -> Result<Vec<BeginRefusal>, StoreError> {
     let mut in_force = Vec::new();
-    let pauses = [board_pause(conn)?, unreachable_pause(conn)?];
-    if let Some(pause) = pauses
-        .into_iter()
-        .flatten()
-        .filter(|p| p.until_ms > now_ms)
-        .max_by_key(|p| p.until_ms)
-    {
+    if let Some(pause) = pause_in_force(conn, now_ms)? {
         in_force.push(BeginRefusal::Paused {
             until_ms: pause.until_ms,
             reason: pause.reason,
@@ -141,6 +135,17 @@ pub(crate) fn calls_since(conn: &Connection, since_ms: i64) -> Result<u64, Store
     )
     .map(|n| u64::try_from(n).unwrap_or(0))
     .sql("counting paid calls")
+}
+
+/// The board-wide pause in force at `now_ms`: the longer one, when a refusal's and an
+/// unreachable provider's both run.
+pub(crate) fn pause_in_force(conn: &Connection, now_ms: i64) -> Result<Option<Pause>, StoreError> {
+    let pauses = [board_pause(conn)?, unreachable_pause(conn)?];
+    Ok(pauses
+        .into_iter()
+        .flatten()
+        .filter(|p| p.until_ms > now_ms)
+        .max_by_key(|p| p.until_ms))
 }
 
 pub(crate) fn board_pause(conn: &Connection) -> Result<Option<Pause>, StoreError> {

@@ -387,11 +387,41 @@ fn a_bad_config_names_the_key() {
     for (yaml, expected) in cases {
         let s = Scratch::new();
         s.write_config(yaml);
-        let out = s.run(&["kanban", "usage", "--json"]);
+        let out = s.run(&["kanban", "decompose", "--all", "--json"]);
         assert_eq!(out.code, Some(1), "{yaml:?}: {out:?}");
         assert!(out.stderr.contains("config.yaml"), "{yaml:?}: {out:?}");
         assert!(out.stderr.contains(expected), "{yaml:?}: {out:?}");
         assert!(out.stdout.is_empty(), "{yaml:?}: {out:?}");
+
+        // `usage` bills nothing: it warns with the same message and shows the ledger.
+        for args in [
+            vec!["kanban", "usage", "--json"],
+            vec!["kanban", "usage"],
+            vec!["kanban", "usage", "--calls"],
+        ] {
+            let out = s.run(&args);
+            assert_eq!(out.code, Some(0), "{yaml:?} {args:?}: {out:?}");
+            let warning = out.stderr.lines().next().unwrap_or("");
+            assert!(
+                warning.starts_with("hermes: warning: ")
+                    && warning.contains("config.yaml")
+                    && warning.contains(expected),
+                "{yaml:?} {args:?}: {out:?}"
+            );
+            if args.contains(&"--json") {
+                assert_eq!(out.json()["totals"]["calls"], 0, "{yaml:?}: {out:?}");
+            }
+        }
+        let text = s.ok(&["kanban", "usage"]).stdout;
+        assert!(text.starts_with("0 paid calls (0 ok, 0 failed)"), "{text}");
+        assert!(
+            text.contains("(the default kanban.decompose_calls_per_hour: config.yaml could not"),
+            "{text}"
+        );
+        assert!(
+            text.contains("model: unknown, config.yaml could not be used (the ledger"),
+            "{text}"
+        );
     }
 }
 
@@ -464,9 +494,18 @@ fn board_only_verbs_do_not_read_the_config() {
         assert!(out.success(), "{args:?}: {out:?}");
         assert_eq!(out.stderr, "", "{args:?}");
     }
-    // Every verb that uses it refuses it, before anything is billed.
+    // Every verb that bills or changes the bounds refuses it, before anything is billed;
+    // `usage`, which only reads the ledger, warns and goes on.
+    let out = s.run(&["kanban", "usage"]);
+    assert!(out.success(), "{out:?}");
+    assert!(
+        out.stderr.starts_with("hermes: warning: ")
+            && out
+                .stderr
+                .contains("kanban.decompose_calls_per_hour: expected"),
+        "{out:?}"
+    );
     for args in [
-        vec!["kanban", "usage"],
         vec!["kanban", "decompose", id.as_str()],
         vec!["kanban", "decompose", "--all"],
         vec!["kanban", "unpark", id.as_str()],

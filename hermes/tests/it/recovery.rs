@@ -75,6 +75,112 @@ fn unpark_gives_a_parked_card_one_more_budget_and_nothing_else() {
 }
 
 #[test]
+fn parked_cards_are_listed_marked_and_shown_with_their_fix() {
+    let provider = fake_provider(status_reply(500));
+    let s = board(&provider, "");
+    let parked = s.create("poison", &["--triage"]);
+    sweep(&s);
+    let waiting = s.create("waiting", &["--triage", "--no-auto-decompose"]);
+    let ready = s.create("ready", &[]);
+
+    let listed = s.json(&["kanban", "list", "--parked", "--json"]);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [parked.as_str()], "{listed:#}");
+    assert_eq!(listed[0]["decompose"]["parked"], true);
+
+    let text = s.ok(&["kanban", "list"]).stdout;
+    for line in text.lines() {
+        let marked = line.contains("[parked] ");
+        assert_eq!(marked, line.starts_with(&parked), "{text}");
+    }
+    assert!(text.contains(&waiting) && text.contains(&ready), "{text}");
+    let only = s.ok(&["kanban", "list", "--parked"]).stdout;
+    assert_eq!(only.lines().count(), 1, "{only}");
+    assert!(only.contains("[parked] poison"), "{only}");
+
+    let shown = s.ok(&["kanban", "show", &parked]).stdout;
+    assert!(
+        shown.contains(&format!(
+            "decompose: 1 attempt on the current budget; parked: automatic budget spent \
+             (`hermes kanban unpark {parked}` gives a fresh one)"
+        )),
+        "{shown}"
+    );
+
+    let usage = s.ok(&["kanban", "usage"]).stdout;
+    assert!(usage.starts_with("1 paid call (0 ok, 1 failed)"), "{usage}");
+    assert!(
+        usage.contains("model: fake-model (as configured now; the ledger does not record"),
+        "{usage}"
+    );
+    assert!(
+        usage.contains("1 call (0 ok, 1 failed)  1 attempt on the current budget, PARKED"),
+        "{usage}"
+    );
+    assert!(
+        usage.contains("`hermes kanban unpark` starts a fresh one"),
+        "{usage}"
+    );
+    assert!(
+        usage.contains("`hermes kanban unpark ID` gives it a fresh one"),
+        "{usage}"
+    );
+
+    // After an unpark the card has more calls than attempts on its current budget.
+    s.ok(&["kanban", "unpark", &parked]);
+    sweep(&s);
+    let usage = s.ok(&["kanban", "usage"]).stdout;
+    assert!(
+        usage.contains("2 calls (0 ok, 2 failed)  1 attempt on the current budget, PARKED"),
+        "{usage}"
+    );
+    let calls = s.ok(&["kanban", "usage", "--calls"]);
+    assert_eq!(calls.stdout.lines().count(), 2, "{calls:?}");
+    assert!(
+        calls
+            .stderr
+            .contains("hermes: model: fake-model (as configured now"),
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn show_during_a_board_pause_names_the_pause_end_not_an_earlier_attempt() {
+    let provider = fake_provider(status_reply(401));
+    let s = board(&provider, "  provider_cooldown_seconds: 900\n");
+    let cards = [
+        s.create("first", &["--triage"]),
+        s.create("second", &["--triage"]),
+    ];
+    sweep(&s);
+    let until = s.json(&["kanban", "usage", "--json"])["pause"]["until"]
+        .as_f64()
+        .unwrap();
+    let until_text = hermes::clock::utc(until.ceil() as i64);
+    let mut due = 0;
+    for id in &cards {
+        let shown = s.ok(&["kanban", "show", id]).stdout;
+        let Some(line) = shown.lines().find(|l| l.contains("next attempt from")) else {
+            continue;
+        };
+        due += 1;
+        assert!(
+            line.contains(&format!(
+                "next attempt from {until_text}: the board is paused until then ("
+            )) && line.contains("HTTP 401")
+                && line.ends_with("`hermes kanban resume` lifts it)"),
+            "{shown}"
+        );
+    }
+    assert!(due >= 1, "a card the refusal did not spend is still due");
+}
+
+#[test]
 fn unpark_refuses_with_exit_1_and_writes_nothing() {
     let provider = fake_provider(status_reply(500));
     let s = board(&provider, "");
