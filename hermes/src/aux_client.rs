@@ -133,15 +133,19 @@ pub enum AuxError {
         retry_after: Option<Duration>,
     },
     /// The whole exchange did not finish within the configured bound.
-    #[error("no complete reply within {}s", .after.as_secs_f64())]
-    Timeout { after: Duration },
+    #[error("no complete reply within {}s from {url}", .after.as_secs_f64())]
+    Timeout {
+        /// The URL tried, as [`shown_url`] shows it.
+        url: String,
+        after: Duration,
+    },
     /// No connection could be made (refused, DNS, TLS handshake, connect timeout): the request
     /// never reached the provider, so it cannot have been billed.
     #[error("provider unreachable: {0}")]
-    Unreachable(String),
+    Unreachable(Connection),
     /// The connection broke after the request was sent: it may have been billed.
     #[error("transport error: {0}")]
-    Transport(String),
+    Transport(Connection),
     /// A reply arrived but holds no usable completion.
     #[error("malformed reply: {0}")]
     Malformed(String),
@@ -151,6 +155,39 @@ pub enum AuxError {
     /// The settings cannot make a valid request; no request was sent.
     #[error("invalid aux settings: {0}")]
     InvalidSettings(String),
+}
+
+/// A connection-level failure: the URL tried, and what the connection said. Every such error
+/// names its URL through this one type, so that an operator sees which endpoint failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    /// The URL tried, as [`shown_url`] shows it.
+    pub url: String,
+    /// What failed, cause by cause (`error sending request: …: Connection refused`).
+    pub detail: String,
+}
+
+impl fmt::Display for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.url, self.detail)
+    }
+}
+
+/// `url` as it may be shown: without its userinfo, which is a credential (sent as Basic auth
+/// when no key is configured), and without its query and fragment, where some providers take
+/// a key (`?key=…`); a query is marked `?<redacted>` so the URL does not read as complete.
+pub fn shown_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    let mut text = String::from(shown);
+    if url.query().is_some() {
+        text.push('?');
+        text.push_str(crate::core::redact::REDACTED);
+    }
+    text
 }
 
 fn fmt_retry_after(retry_after: Option<Duration>) -> String {
@@ -235,6 +272,8 @@ impl AuxError {
 pub struct AuxClient {
     http: reqwest::Client,
     endpoint: reqwest::Url,
+    /// `endpoint` as messages show it ([`shown_url`]).
+    shown_endpoint: String,
     settings: AuxSettings,
     /// Provider-specific request fields merged into every body (see [`AuxClient::with_extra_body`]).
     extra_body: serde_json::Map<String, Value>,
@@ -357,6 +396,7 @@ impl AuxClient {
 
         Ok(Self {
             http,
+            shown_endpoint: shown_url(&endpoint),
             endpoint,
             settings,
             extra_body: serde_json::Map::new(),
@@ -377,13 +417,32 @@ impl AuxClient {
         let timeout = self.settings.timeout;
         match tokio::time::timeout(timeout, self.exchange(messages)).await {
             Ok(result) => result,
-            Err(_elapsed) => Err(AuxError::Timeout { after: timeout }),
+            Err(_elapsed) => Err(AuxError::Timeout {
+                url: self.shown_endpoint.clone(),
+                after: timeout,
+            }),
         }
     }
 
     /// The URL requests go to.
     pub fn endpoint(&self) -> &str {
         self.endpoint.as_str()
+    }
+
+    /// The model every request names.
+    pub fn model(&self) -> &str {
+        &self.settings.model
+    }
+
+    /// The URL requests go to, as it may be shown ([`shown_url`]).
+    pub fn shown_endpoint(&self) -> &str {
+        &self.shown_endpoint
+    }
+
+    /// Whether requests carry the base URL's userinfo as Basic auth: only when no key is set
+    /// (a key takes its place, see [`AuxClient::new`]).
+    pub fn sends_url_credentials(&self) -> bool {
+        !self.endpoint.username().is_empty() || self.endpoint.password().is_some()
     }
 
     async fn exchange(&self, messages: &[ChatMessage]) -> Result<Completion, AuxError> {
@@ -403,7 +462,7 @@ impl AuxClient {
             .body(body)
             .send()
             .await
-            .map_err(send_error)?;
+            .map_err(|err| send_error(err, &self.shown_endpoint))?;
 
         let status = response.status();
         if !status.is_success() {
@@ -432,9 +491,9 @@ impl AuxClient {
             });
 
         let reply = if is_event_stream {
-            read_event_stream(&mut response, limit).await?
+            read_event_stream(&mut response, limit, &self.shown_endpoint).await?
         } else {
-            let body = read_capped(&mut response, limit).await?;
+            let body = read_capped(&mut response, limit, &self.shown_endpoint).await?;
             parse_json_or_sse_body(&body)?
         };
 
@@ -483,17 +542,18 @@ fn chat_completions_url(base_url: &str) -> Result<reqwest::Url, AuxError> {
 }
 
 /// An error before any reply arrived: no connection at all means nothing was delivered.
-fn send_error(err: reqwest::Error) -> AuxError {
+fn send_error(err: reqwest::Error, url: &str) -> AuxError {
     let undelivered = err.is_connect();
-    match transport_error(err) {
-        AuxError::Transport(message) if undelivered => AuxError::Unreachable(message),
+    match transport_error(err, url) {
+        AuxError::Transport(connection) if undelivered => AuxError::Unreachable(connection),
         other => other,
     }
 }
 
 /// Flattens the error chain: reqwest's own message ("error sending request") hides the cause
-/// ("Connection refused") in its sources.
-fn transport_error(err: reqwest::Error) -> AuxError {
+/// ("Connection refused") in its sources. The URL is ours (`url`, [`shown_url`]): reqwest's would
+/// carry the userinfo and the query.
+fn transport_error(err: reqwest::Error, url: &str) -> AuxError {
     let err = err.without_url();
     let mut message = err.to_string();
     let mut source = std::error::Error::source(&err);
@@ -502,7 +562,10 @@ fn transport_error(err: reqwest::Error) -> AuxError {
         message.push_str(&cause.to_string());
         source = cause.source();
     }
-    AuxError::Transport(message)
+    AuxError::Transport(Connection {
+        url: url.to_owned(),
+        detail: message,
+    })
 }
 
 fn status_error(status: u16, headers: &HeaderMap, now: SystemTime) -> AuxError {
@@ -572,9 +635,17 @@ fn log_error_snippet(mut response: reqwest::Response, error: &AuxError) {
 }
 
 /// The whole body, refusing to hold more than `limit` bytes.
-async fn read_capped(response: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, AuxError> {
+async fn read_capped(
+    response: &mut reqwest::Response,
+    limit: usize,
+    url: &str,
+) -> Result<Vec<u8>, AuxError> {
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|err| transport_error(err, url))?
+    {
         if body.len().saturating_add(chunk.len()) > limit {
             return Err(AuxError::TooLarge { limit });
         }
@@ -588,10 +659,15 @@ async fn read_capped(response: &mut reqwest::Response, limit: usize) -> Result<V
 async fn read_event_stream(
     response: &mut reqwest::Response,
     limit: usize,
+    url: &str,
 ) -> Result<ParsedReply, AuxError> {
     let mut stream = SseReader::default();
     let mut received = 0usize;
-    while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|err| transport_error(err, url))?
+    {
         received = received.saturating_add(chunk.len());
         if received > limit {
             return Err(AuxError::TooLarge { limit });
@@ -822,6 +898,36 @@ mod tests {
         reader.finish()
     }
 
+    fn connection(detail: &str) -> Connection {
+        Connection {
+            url: "http://127.0.0.1:9/v1/chat/completions".into(),
+            detail: detail.into(),
+        }
+    }
+
+    #[test]
+    fn a_shown_url_carries_no_credentials_and_no_query() {
+        let shown = |text: &str| reqwest::Url::parse(text).map(|url| shown_url(&url)).ok();
+        assert_eq!(
+            shown("https://ops:s3cr3t@llm.example:8443/v1/chat/completions").as_deref(),
+            Some("https://llm.example:8443/v1/chat/completions")
+        );
+        assert_eq!(
+            shown("http://token@127.0.0.1:9/v1?key=sk-in-query#frag").as_deref(),
+            Some("http://127.0.0.1:9/v1?<redacted>")
+        );
+        assert_eq!(
+            shown("http://127.0.0.1:9/v1/chat/completions").as_deref(),
+            Some("http://127.0.0.1:9/v1/chat/completions")
+        );
+        let error = AuxError::Unreachable(connection("tcp connect error: Connection refused"));
+        assert_eq!(
+            error.to_string(),
+            "provider unreachable: http://127.0.0.1:9/v1/chat/completions: tcp connect error: \
+             Connection refused"
+        );
+    }
+
     #[test]
     fn base_url_with_or_without_trailing_slash() {
         for base in [
@@ -981,13 +1087,14 @@ mod tests {
                 Some(503),
             ),
             (
-                AuxError::Unreachable("connection refused".into()),
+                AuxError::Unreachable(connection("connection refused")),
                 "unreachable",
                 false,
                 None,
             ),
             (
                 AuxError::Timeout {
+                    url: "http://127.0.0.1:9/v1/chat/completions".into(),
                     after: Duration::from_secs(1),
                 },
                 "timeout",
@@ -995,7 +1102,7 @@ mod tests {
                 None,
             ),
             (
-                AuxError::Transport("refused".into()),
+                AuxError::Transport(connection("reset")),
                 "transport",
                 true,
                 None,

@@ -23,6 +23,7 @@
 
 use std::cell::OnceCell;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Map, Value as Json};
@@ -89,6 +90,89 @@ pub enum EndpointSource {
     Decomposer,
 }
 
+/// A place a decompose call's key is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPlace {
+    /// `auxiliary.kanban_decomposer.api_key` in `config.yaml`.
+    ConfigKey,
+    /// A variable: the process environment first, then `<home>/.env`.
+    Variable(String),
+}
+
+impl fmt::Display for KeyPlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyPlace::ConfigKey => {
+                f.write_str("auxiliary.kanban_decomposer.api_key in config.yaml")
+            }
+            KeyPlace::Variable(name) => f.write_str(name),
+        }
+    }
+}
+
+/// Where the key of decompose calls was found or, when it was found nowhere, where it was
+/// looked for: what the gateway's start line and its no-key WARN name (never the key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// `auxiliary.kanban_decomposer.api_key` in `config.yaml`.
+    ConfigKey,
+    /// A variable of the process environment.
+    Environment(String),
+    /// A variable of `<home>/.env` (the environment did not set it).
+    DotEnv { name: String, path: PathBuf },
+    /// No key anywhere: the places looked in, in order, and the `.env` file read for the
+    /// variables (`None` when the lookup did not read one).
+    Missing {
+        looked_in: Vec<KeyPlace>,
+        dotenv: Option<PathBuf>,
+    },
+}
+
+impl KeySource {
+    /// Whether a key was found.
+    pub fn found(&self) -> bool {
+        !matches!(self, KeySource::Missing { .. })
+    }
+
+    /// Where a key would be read from, in order, for a message that says none was found:
+    /// `OPENAI_API_KEY (from the environment, else /h/.env)`.
+    pub fn where_read(&self) -> String {
+        let (places, dotenv): (&[KeyPlace], Option<&PathBuf>) = match self {
+            KeySource::Missing { looked_in, dotenv } => (looked_in, dotenv.as_ref()),
+            KeySource::ConfigKey => (&[KeyPlace::ConfigKey], None),
+            KeySource::Environment(_) | KeySource::DotEnv { .. } => (&[], None),
+        };
+        let mut text = places
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", else ");
+        if places.iter().any(|p| matches!(p, KeyPlace::Variable(_))) {
+            text.push_str(&match dotenv {
+                Some(path) => format!(
+                    " (a variable from the environment, else from {})",
+                    path.display()
+                ),
+                None => " (a variable from the environment)".to_owned(),
+            });
+        }
+        text
+    }
+}
+
+impl fmt::Display for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySource::ConfigKey => {
+                f.write_str("auxiliary.kanban_decomposer.api_key in config.yaml")
+            }
+            KeySource::Environment(name) => write!(f, "{name} in the environment"),
+            KeySource::DotEnv { name, path } => write!(f, "{name} in {}", path.display()),
+            KeySource::Missing { .. } => f.write_str("none"),
+        }
+    }
+}
+
 /// Where decompose calls go and how, after the precedence rules and the environment.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DecomposerEndpoint {
@@ -104,6 +188,8 @@ pub struct DecomposerEndpoint {
     pub extra_body: Map<String, Json>,
     /// Which settings `base_url` came from.
     pub source: EndpointSource,
+    /// Where `api_key` came from, or where it was looked for.
+    pub key_source: KeySource,
     /// Lines of `.env` skipped while looking up the key (see [`super::parse_dotenv_bytes`]).
     pub warnings: Vec<String>,
 }
@@ -117,6 +203,7 @@ impl fmt::Debug for DecomposerEndpoint {
             .field("timeout", &self.timeout)
             .field("extra_body", &self.extra_body)
             .field("source", &self.source)
+            .field("key_source", &self.key_source)
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -167,18 +254,27 @@ impl Config {
         home: &Home,
     ) -> Result<DecomposerEndpoint, DecomposerSetupError> {
         let dotenv: OnceCell<DotEnv> = OnceCell::new();
-        let mut endpoint = self.decomposer_endpoint_with(|name| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| non_blank(&v))
-                .or_else(|| {
-                    dotenv
-                        .get_or_init(|| read_dotenv(home))
-                        .vars
-                        .get(name)
-                        .and_then(|v| non_blank(v))
-                })
-        })?;
+        let dotenv_path = home.env_path();
+        let mut endpoint = self.resolve_endpoint(
+            |name| {
+                if let Some(value) = std::env::var(name).ok().and_then(|v| non_blank(&v)) {
+                    return Some((value, KeySource::Environment(name.to_owned())));
+                }
+                let value = dotenv
+                    .get_or_init(|| read_dotenv(home))
+                    .vars
+                    .get(name)
+                    .and_then(|v| non_blank(v))?;
+                Some((
+                    value,
+                    KeySource::DotEnv {
+                        name: name.to_owned(),
+                        path: dotenv_path.clone(),
+                    },
+                ))
+            },
+            Some(home.env_path()),
+        )?;
         endpoint.warnings = dotenv
             .into_inner()
             .map(|env| env.warnings)
@@ -186,10 +282,23 @@ impl Config {
         Ok(endpoint)
     }
 
-    /// [`Config::decomposer_endpoint`] with an explicit variable lookup (blank means unset).
+    /// [`Config::decomposer_endpoint`] with an explicit variable lookup (blank means unset);
+    /// a variable found counts as one of the environment.
     pub fn decomposer_endpoint_with(
         &self,
         var: impl Fn(&str) -> Option<String>,
+    ) -> Result<DecomposerEndpoint, DecomposerSetupError> {
+        self.resolve_endpoint(
+            |name| var(name).map(|value| (value, KeySource::Environment(name.to_owned()))),
+            None,
+        )
+    }
+
+    /// The precedence rules, with `var` saying what a variable holds and where it was found.
+    fn resolve_endpoint(
+        &self,
+        var: impl Fn(&str) -> Option<(String, KeySource)>,
+        dotenv: Option<PathBuf>,
     ) -> Result<DecomposerEndpoint, DecomposerSetupError> {
         let own = &self.auxiliary.kanban_decomposer;
         if let Some(mode) = own
@@ -202,47 +311,72 @@ impl Config {
         let model = self
             .decomposer_model()
             .ok_or(DecomposerSetupError::MissingKey("model.default"))?;
-        let own_key = || {
-            own.api_key
-                .clone()
-                .or_else(|| own.key_env.as_deref().and_then(&var))
+        let lookup = |places: &[KeyPlace]| {
+            places.iter().find_map(|place| match place {
+                KeyPlace::ConfigKey => own.api_key.clone().map(|key| (key, KeySource::ConfigKey)),
+                KeyPlace::Variable(name) => var(name),
+            })
         };
-        let main = || -> Result<(String, Option<String>, EndpointSource), DecomposerSetupError> {
+        // The decomposer's own key: `api_key`, else the variable `key_env` names.
+        let own_places = || {
+            let mut places = vec![KeyPlace::ConfigKey];
+            places.extend(own.key_env.clone().map(KeyPlace::Variable));
+            places
+        };
+        let with = |fallback: String| {
+            let mut places = own_places();
+            places.push(KeyPlace::Variable(fallback));
+            places
+        };
+        let openai = || "OPENAI_API_KEY".to_owned();
+        let main = || -> Result<(String, Vec<KeyPlace>, EndpointSource), DecomposerSetupError> {
             let base = self
                 .model
                 .base_url
                 .clone()
                 .ok_or(DecomposerSetupError::MissingKey("model.base_url"))?;
-            Ok((base, var("OPENAI_API_KEY"), EndpointSource::Main))
+            Ok((
+                base,
+                vec![KeyPlace::Variable(openai())],
+                EndpointSource::Main,
+            ))
         };
-        let (base_url, api_key, source) = match own.provider.as_deref() {
-            None => match (&own.base_url, own_key()) {
-                (Some(base), Some(key)) => (base.clone(), Some(key), EndpointSource::Decomposer),
+        let (base_url, places, source) = match own.provider.as_deref() {
+            None => match &own.base_url {
+                Some(base) if lookup(&own_places()).is_some() => {
+                    (base.clone(), own_places(), EndpointSource::Decomposer)
+                }
                 _ => main()?,
             },
             Some("custom") => match &own.base_url {
-                Some(base) => (
-                    base.clone(),
-                    own_key().or_else(|| var("OPENAI_API_KEY")),
-                    EndpointSource::Decomposer,
-                ),
+                Some(base) => (base.clone(), with(openai()), EndpointSource::Decomposer),
                 None => main()?,
             },
             Some("openai") => (
                 own.base_url
                     .clone()
                     .unwrap_or_else(|| OPENAI_BASE_URL.to_owned()),
-                own_key().or_else(|| var("OPENAI_API_KEY")),
+                with(openai()),
                 EndpointSource::Decomposer,
             ),
             Some(named) => match &own.base_url {
                 Some(base) => (
                     base.clone(),
-                    own_key().or_else(|| var(&provider_key_var(named))),
+                    with(provider_key_var(named)),
                     EndpointSource::Decomposer,
                 ),
                 None => return Err(DecomposerSetupError::NeedsBaseUrl(named.to_owned())),
             },
+        };
+        let (api_key, key_source) = match lookup(&places) {
+            Some((key, found)) => (Some(key), found),
+            None => (
+                None,
+                KeySource::Missing {
+                    looked_in: places,
+                    dotenv,
+                },
+            ),
         };
         Ok(DecomposerEndpoint {
             base_url,
@@ -251,6 +385,7 @@ impl Config {
             timeout: self.decompose_timeout(),
             extra_body: own.extra_body.clone(),
             source,
+            key_source,
             warnings: Vec::new(),
         })
     }
@@ -824,6 +959,70 @@ mod tests {
         );
         assert!(warned("    provider: openai\n    api_key: sk-x\n").is_empty());
         assert!(warned("    base_url: http://x/v1\n    api_key: sk-x\n").is_empty());
+    }
+
+    #[test]
+    fn the_key_source_says_where_the_key_came_from_or_was_looked_for() {
+        let env = [("OPENAI_API_KEY", "sk-env"), ("DEC_KEY", "sk-dec")];
+        let source = |decomposer: &str, env: &[(&str, &str)]| resolve(decomposer, env).key_source;
+        assert_eq!(
+            source("", &env),
+            KeySource::Environment("OPENAI_API_KEY".into())
+        );
+        assert_eq!(
+            source("    base_url: http://dec/v1\n    api_key: sk-own\n", &env),
+            KeySource::ConfigKey
+        );
+        assert_eq!(
+            source("    base_url: http://dec/v1\n    key_env: DEC_KEY\n", &env),
+            KeySource::Environment("DEC_KEY".into())
+        );
+        let missing = source(
+            "    provider: custom\n    base_url: http://dec/v1\n    key_env: DEC_KEY\n",
+            &[],
+        );
+        assert_eq!(
+            missing,
+            KeySource::Missing {
+                looked_in: vec![
+                    KeyPlace::ConfigKey,
+                    KeyPlace::Variable("DEC_KEY".into()),
+                    KeyPlace::Variable("OPENAI_API_KEY".into()),
+                ],
+                dotenv: None,
+            }
+        );
+        assert_eq!(missing.to_string(), "none");
+        assert_eq!(
+            missing.where_read(),
+            "auxiliary.kanban_decomposer.api_key in config.yaml, else DEC_KEY, else \
+             OPENAI_API_KEY (a variable from the environment)"
+        );
+        let named = source(
+            "    provider: openrouter\n    base_url: https://or.example/api/v1\n",
+            &[],
+        );
+        assert!(
+            named.where_read().contains("else OPENROUTER_API_KEY"),
+            "{named:?}"
+        );
+    }
+
+    #[test]
+    fn a_key_in_dotenv_is_said_to_come_from_that_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        std::fs::write(home.env_path(), "DEC_KEY_FROM_DOTENV_ONLY=sk-file\n").unwrap();
+        let config = parse(&format!(
+            "{MAIN}auxiliary:\n  kanban_decomposer:\n    provider: custom\n    \
+             base_url: http://dec/v1\n    key_env: DEC_KEY_FROM_DOTENV_ONLY\n"
+        ));
+        let endpoint = config.decomposer_endpoint(&home).unwrap();
+        assert_eq!(endpoint.api_key.as_deref(), Some("sk-file"));
+        assert_eq!(
+            endpoint.key_source.to_string(),
+            format!("DEC_KEY_FROM_DOTENV_ONLY in {}", home.env_path().display())
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@ mod keys;
 mod tests;
 
 pub use decomposer::{
-    DecomposerConfig, DecomposerEndpoint, DecomposerSetupError, EndpointSource, OPENAI_BASE_URL,
+    DecomposerConfig, DecomposerEndpoint, DecomposerSetupError, EndpointSource, KeyPlace,
+    KeySource, OPENAI_BASE_URL,
 };
 pub use keys::{ConfigWarning, WarningLog};
 

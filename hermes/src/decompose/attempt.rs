@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::aux_client::{AuxClient, AuxError, AuxSettings, Completion};
-use crate::config::{Config, DecomposerEndpoint, DecomposerSetupError, Home};
+use crate::config::{Config, DecomposerEndpoint, DecomposerSetupError, Home, KeySource};
 use crate::core::time::after;
 use crate::core::{
     rate_limit_pause, Applied, AttemptBudget, AttemptOutcome, Backoff, BeginRefusal, FaultPause,
@@ -49,6 +49,8 @@ pub struct AttemptContext {
     pub db_path: PathBuf,
     /// What resolving the endpoint had to skip (bad `.env` lines), for the caller to report.
     pub warnings: Arc<Vec<String>>,
+    /// Where the client's key came from, or where it was looked for.
+    pub key_source: Arc<KeySource>,
     /// The connection attempts record through, when the caller shares its own: a process keeps
     /// one connection per board, so that a swapped `-wal`/`-shm` is left behind by all of its
     /// users at once (see `store::files`). `None`: each attempt opens the board itself.
@@ -104,6 +106,7 @@ impl AttemptContext {
             output::register_secret(key);
         }
         output::register_url(&endpoint.base_url);
+        let key_source = Arc::new(endpoint.key_source);
         let client = AuxClient::new(AuxSettings {
             base_url: endpoint.base_url,
             model: endpoint.model,
@@ -121,9 +124,44 @@ impl AttemptContext {
             roster: Arc::new(roster),
             db_path,
             warnings: Arc::new(endpoint.warnings),
+            key_source,
             board: None,
         })
     }
+
+    /// What decompose calls through this context bill, as the gateway announces it.
+    pub fn billing(&self) -> Billing {
+        let key = if self.key_source.found() {
+            self.key_source.to_string()
+        } else if self.client.sends_url_credentials() {
+            "the base URL's userinfo (sent as Basic auth)".to_owned()
+        } else {
+            self.key_source.to_string()
+        };
+        Billing {
+            endpoint: self.client.shown_endpoint().to_owned(),
+            model: self.client.model().to_owned(),
+            key,
+            unauthorized: !self.key_source.found() && !self.client.sends_url_credentials(),
+            where_read: self.key_source.where_read(),
+        }
+    }
+}
+
+/// Where decompose calls go, with which model, and where their key came from (never the key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Billing {
+    /// The URL requests are sent to, without credentials or query.
+    pub endpoint: String,
+    /// The model every request names.
+    pub model: String,
+    /// Where the key came from: a variable and its file, a config key, the URL's userinfo, or
+    /// `none`.
+    pub key: String,
+    /// No credentials at all: requests go without an `Authorization` header.
+    pub unauthorized: bool,
+    /// Where a key would be read from, in order.
+    pub where_read: String,
 }
 
 /// Why no attempt can be made at all with this configuration.
@@ -376,7 +414,7 @@ async fn nothing_sent(
             let reason = err.to_string();
             let record = UnreachableRecord {
                 reason: output::summary(&match &err {
-                    AuxError::Unreachable(detail) => detail.clone(),
+                    AuxError::Unreachable(connection) => connection.to_string(),
                     other => other.to_string(),
                 }),
                 backoff_base: cfg.kanban.decompose_backoff,

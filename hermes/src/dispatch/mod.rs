@@ -29,7 +29,9 @@ use crate::auto::{self, Picked};
 use crate::config::{Config, ConfigError, ConfigStamp, Home, WarningLog};
 use crate::core::time::secs_between;
 use crate::core::{error_chain, AttemptOutcome, BeginRefusal, Origin};
-use crate::decompose::attempt::{AttemptContext, AttemptError, SHUTDOWN_ANSWER_WAIT};
+use crate::decompose::attempt::{
+    AttemptContext, AttemptError, AttemptSetupError, Billing, SHUTDOWN_ANSWER_WAIT,
+};
 use crate::decompose::roster;
 use crate::store::{now_ms, BoardError, BoardFile, BoardHandle, Store};
 
@@ -135,28 +137,54 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     let mut sigint =
         signal(SignalKind::interrupt()).map_err(|e| GatewayError::Signal("SIGINT", e))?;
 
+    let config = Arc::new(config);
+    // Resolved before the start line, which says what the gateway bills; what resolving it has
+    // to report (bad `.env` lines, no key) comes after.
+    let setup = dispatching.then(|| build_context(&home, &config));
+
     // Printed only once the handlers are in place: a supervisor that waits for this line can
     // stop the gateway cleanly from then on.
-    info!(
-        pid = std::process::id(),
-        board = %db_path.display(),
-        tick_seconds = config.kanban.dispatch_interval.as_secs_f64(),
-        "gateway started ({})",
-        if dispatching { "kanban dispatcher on" } else { "kanban dispatcher off: kanban.dispatch_in_gateway is false" }
-    );
+    let pid = std::process::id();
+    let tick_seconds = config.kanban.dispatch_interval.as_secs_f64();
+    match setup
+        .as_ref()
+        .map(|setup| setup.as_ref().map(AttemptContext::billing))
+    {
+        Some(Ok(billing)) => info!(
+            pid,
+            board = %db_path.display(),
+            tick_seconds,
+            endpoint = billing.endpoint.as_str(),
+            model = billing.model.as_str(),
+            api_key_from = billing.key.as_str(),
+            "gateway started (kanban dispatcher on)"
+        ),
+        Some(Err(_)) => info!(
+            pid,
+            board = %db_path.display(),
+            tick_seconds,
+            "gateway started (kanban dispatcher on; auto-decompose cannot run, see the next line)"
+        ),
+        None => info!(
+            pid,
+            board = %db_path.display(),
+            tick_seconds,
+            "gateway started (kanban dispatcher off: kanban.dispatch_in_gateway is false)"
+        ),
+    }
 
-    if !dispatching {
+    let Some(setup) = setup else {
         tokio::select! {
             _ = sigterm.recv() => {}
             _ = sigint.recv() => {}
         }
         info!("gateway stopped");
         return Ok(());
-    }
+    };
 
     let board = BoardHandle::open_long_lived(&db_path).await?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut dispatcher = Dispatcher::new(home, config, config_stamp, board, shutdown_rx);
+    let mut dispatcher = Dispatcher::new(home, config, setup, config_stamp, board, shutdown_rx);
     // At once, so that an upstream gateway starting a moment later finds them taken.
     dispatcher.upstream_locks.may_dispatch();
     // The first tick comes at once: it closes what dead processes left in flight and brings
@@ -248,6 +276,10 @@ struct Dispatcher {
     switch_notice: Notice,
     gate_notice: Notice,
     setup_notice: Notice,
+    /// No key for decompose calls: one WARN per endpoint, until a key is found.
+    key_notice: Notice,
+    /// What decompose calls bill, as last announced (the start line, or a change since).
+    billing: Option<Billing>,
     /// The tick's own use of the board (reading due cards, closing abandoned attempts).
     tick_notice: Notice,
     /// Recording attempts: while it fails, no request is sent.
@@ -312,7 +344,8 @@ fn config_condition(err: &ConfigError) -> String {
 impl Dispatcher {
     fn new(
         home: Home,
-        config: Config,
+        config: Arc<Config>,
+        setup: Result<AttemptContext, AttemptSetupError>,
         config_stamp: Option<ConfigStamp>,
         board: BoardHandle,
         shutdown: watch::Receiver<bool>,
@@ -320,7 +353,7 @@ impl Dispatcher {
         let db_path = home.db_path();
         let mut dispatcher = Self {
             home,
-            config: Arc::new(config),
+            config,
             board,
             shutdown,
             context: None,
@@ -333,6 +366,9 @@ impl Dispatcher {
             switch_notice: Notice::default(),
             gate_notice: Notice::default(),
             setup_notice: Notice::default(),
+            key_notice: Notice::default(),
+            // The start line announced it.
+            billing: setup.as_ref().ok().map(AttemptContext::billing),
             tick_notice: Notice::default(),
             record_notice: Notice::default(),
             file_notice: Notice::default(),
@@ -348,7 +384,7 @@ impl Dispatcher {
         };
         // The start-up warnings were logged with the gateway's first lines.
         let _ = dispatcher.config_warnings.fresh(&dispatcher.config);
-        dispatcher.rebuild_context();
+        dispatcher.install_context(setup);
         dispatcher
     }
 
@@ -496,17 +532,43 @@ impl Dispatcher {
     }
 
     fn rebuild_context(&mut self) {
-        let roster = roster(&self.home, &self.config);
-        match AttemptContext::from_config(
-            self.config.clone(),
-            &self.home,
-            roster,
-            self.home.db_path(),
-        ) {
+        let setup = build_context(&self.home, &self.config);
+        self.install_context(setup);
+    }
+
+    /// Takes the context attempts run with, and says what changed: the `.env` lines skipped,
+    /// where calls now go (when that differs from what was last announced), and, once per
+    /// endpoint, that no key was found.
+    fn install_context(&mut self, setup: Result<AttemptContext, AttemptSetupError>) {
+        match setup {
             Ok(ctx) => {
                 for warning in ctx.warnings.iter() {
                     warn!("{warning}");
                 }
+                let billing = ctx.billing();
+                if self.billing.as_ref() != Some(&billing) {
+                    info!(
+                        endpoint = billing.endpoint.as_str(),
+                        model = billing.model.as_str(),
+                        api_key_from = billing.key.as_str(),
+                        "decompose calls now go to {}",
+                        billing.endpoint
+                    );
+                }
+                if billing.unauthorized {
+                    self.key_notice.warn_keyed(
+                        &billing.endpoint,
+                        &format!(
+                            "no API key found: decompose requests to {} are sent without an \
+                             Authorization header (a provider that needs one refuses them, and \
+                             auto-decompose pauses); a key is read from {}",
+                            billing.endpoint, billing.where_read
+                        ),
+                    );
+                } else {
+                    self.key_notice.clear();
+                }
+                self.billing = Some(billing);
                 self.context = Some(ctx);
                 self.setup_notice.clear();
             }
@@ -845,6 +907,11 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// The context decompose attempts run with under `config`; nothing is logged or sent.
+fn build_context(home: &Home, config: &Arc<Config>) -> Result<AttemptContext, AttemptSetupError> {
+    AttemptContext::from_config(config.clone(), home, roster(home, config), home.db_path())
 }
 
 /// The one WARN a gateway gives each card it parks (contract §7, B9), with the fields the suite

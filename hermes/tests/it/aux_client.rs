@@ -318,7 +318,13 @@ fn hang_past_the_timeout_ends_at_the_timeout() {
     let started = Instant::now();
     let result = send_to(&provider);
     let elapsed = started.elapsed();
-    assert_eq!(result, Err(AuxError::Timeout { after: TIMEOUT }));
+    assert_eq!(
+        result,
+        Err(AuxError::Timeout {
+            url: format!("{}/chat/completions", provider.base_url()),
+            after: TIMEOUT
+        })
+    );
     assert!(elapsed >= TIMEOUT, "ended early: {elapsed:?}");
     assert!(
         elapsed < TIMEOUT + Duration::from_secs(1),
@@ -335,7 +341,13 @@ fn headers_then_a_stalled_body_still_ends_at_the_timeout() {
     let started = Instant::now();
     let result = send_with(settings(&server.base_url));
     let elapsed = started.elapsed();
-    assert_eq!(result, Err(AuxError::Timeout { after: TIMEOUT }));
+    assert_eq!(
+        result,
+        Err(AuxError::Timeout {
+            url: format!("{}/chat/completions", server.base_url),
+            after: TIMEOUT
+        })
+    );
     assert!(
         elapsed < TIMEOUT + Duration::from_secs(1),
         "ended late: {elapsed:?}"
@@ -462,6 +474,13 @@ fn connection_refused_is_unreachable_and_not_retried() {
     // The listener is dropped above, so nothing accepts on this port.
     let err = send_with(settings(&format!("http://127.0.0.1:{port}/v1"))).err();
     assert!(matches!(&err, Some(AuxError::Unreachable(_))), "{err:?}");
+    let said = err.as_ref().map(ToString::to_string).unwrap_or_default();
+    assert!(
+        said.starts_with(&format!(
+            "provider unreachable: http://127.0.0.1:{port}/v1/chat/completions: "
+        )) && said.contains("Connection refused"),
+        "the error names the URL it tried and why: {said}"
+    );
     assert!(err.as_ref().is_some_and(AuxError::is_undelivered));
     assert!(!err.as_ref().is_some_and(AuxError::is_transient));
     assert_eq!(err.map(|e| e.outcome()), Some("unreachable"));
@@ -472,6 +491,37 @@ fn an_unknown_host_is_unreachable() {
     // `.invalid` never resolves (RFC 2606).
     let err = send_with(settings("http://hermes-test.invalid/v1")).err();
     assert!(matches!(&err, Some(AuxError::Unreachable(_))), "{err:?}");
+    let said = err.as_ref().map(ToString::to_string).unwrap_or_default();
+    assert!(
+        said.contains("http://hermes-test.invalid/v1/chat/completions: "),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_connection_error_names_the_url_without_its_credentials_or_query() {
+    let port = match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(addr) => addr.port(),
+        Err(err) => panic!("cannot reserve a port: {err}"),
+    };
+    for api_key in [None, Some("sk-test-key".to_owned())] {
+        let base = format!("http://ops:pw-in-url-0042@127.0.0.1:{port}/v1?key=sk-in-query-0042");
+        let err = send_with(AuxSettings {
+            api_key: api_key.clone(),
+            ..settings(&base)
+        })
+        .err();
+        let said = err.as_ref().map(ToString::to_string).unwrap_or_default();
+        assert!(
+            said.starts_with(&format!(
+                "provider unreachable: http://127.0.0.1:{port}/v1?<redacted>: "
+            )),
+            "key {api_key:?}: {said}"
+        );
+        for secret in ["ops", "pw-in-url-0042", "sk-in-query-0042", "sk-test-key"] {
+            assert!(!said.contains(secret), "{secret} shown: {said}");
+        }
+    }
 }
 
 #[test]

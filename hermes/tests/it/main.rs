@@ -17,6 +17,7 @@
 //! | `dispatch_lock` | the gateway's singleton lock as another process sees it |
 //! | `cli` | the `hermes` binary's board verbs and bad input |
 //! | `gateway_process` | the gateway as a real process when the world misbehaves around it |
+//! | `gateway_billing` | what the gateway says it bills: endpoint, model, key source, no key, the URL a failed connection tried |
 //! | `gateway_dropin` | the gateway as a user coming from upstream meets it: logs, warnings, decomposer settings, locks |
 //! | `recovery` | the operator's verbs: `unpark`, `resume`, `auto-decompose ID on\|off`, `usage --calls` |
 //! | `store_open` | what closing a board leaves on disk (the WAL) |
@@ -30,6 +31,7 @@ mod decompose_atomic;
 mod decompose_attempt;
 mod decompose_reply;
 mod dispatch_lock;
+mod gateway_billing;
 mod gateway_dropin;
 mod gateway_process;
 mod interop;
