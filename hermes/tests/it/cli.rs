@@ -45,7 +45,7 @@ fn assert_task_shape(v: &Value) {
 }
 
 /// The last line of stderr, which under `--json` must be the error as one JSON object.
-fn json_error(out: &support::Out) -> Value {
+pub fn json_error(out: &support::Out) -> Value {
     let line = out.stderr.lines().last().unwrap_or_default();
     serde_json::from_str(line)
         .unwrap_or_else(|e| panic!("the error is not one JSON object ({e}): {out:?}"))
@@ -406,8 +406,8 @@ fn a_bad_config_names_the_key() {
         s.write_config(yaml);
         let out = s.run(&["kanban", "usage", "--json"]);
         assert_eq!(out.code, Some(1), "{yaml:?}: {out:?}");
-        assert!(out.stderr.contains("config.yaml"), "{yaml:?}: {out:?}");
-        assert!(out.stderr.contains(expected), "{yaml:?}: {out:?}");
+        assert!(out.error().contains("config.yaml"), "{yaml:?}: {out:?}");
+        assert!(out.error().contains(expected), "{yaml:?}: {out:?}");
         assert!(out.stdout.is_empty(), "{yaml:?}: {out:?}");
     }
 }
