@@ -527,6 +527,28 @@ mod tests {
     }
 
     #[test]
+    fn color_and_json_are_read_ahead_of_clap_up_to_a_double_dash() {
+        let early = |args: &[&str]| {
+            let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+            early_flags(&args)
+        };
+        use anstream::ColorChoice::{Always, Never};
+        assert_eq!(
+            early(&["hermes", "--color", "never", "x"]),
+            (Some(Never), false)
+        );
+        assert_eq!(
+            early(&["hermes", "x", "--color=always", "--json"]),
+            (Some(Always), true)
+        );
+        assert_eq!(early(&["hermes", "--color", "sometimes"]), (None, false));
+        assert_eq!(
+            early(&["hermes", "--", "--json", "--color=never"]),
+            (None, false)
+        );
+    }
+
+    #[test]
     fn cli_errors_know_their_exit_codes() {
         assert_eq!(CliError::usage("x").exit_code(), 2);
         assert_eq!(CliError::not_implemented("kanban usage").exit_code(), 1);
