@@ -3,13 +3,21 @@
 //! (`core::redact`: a URL's userinfo, and every key this process has learnt), then characters a
 //! terminal would act on are made visible (`core::text`).
 //!
+//! The CLI's own lines on stderr are written here too, the one place for their shape: `hermes:
+//! error: …` and `hermes: warning: …` (the label coloured per `--color`), or under `--json` an
+//! error as one JSON object, `{"error": MESSAGE, "code": EXIT_CODE}`.
+//!
 //! The secrets are the process's own: the keys and base URLs of the configuration it loaded and
 //! of the endpoint it resolved (environment and `.env` included), registered as they are read.
 
 use std::borrow::Cow;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{PoisonError, RwLock};
 
-use serde_json::Value;
+use anstream::ColorChoice;
+use anstyle::{AnsiColor, Style};
+use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::core::redact::{self, userinfo_secrets};
@@ -86,6 +94,83 @@ pub fn json_for_terminal(json: &str) -> String {
 /// `value` as one JSON line for a terminal (see [`json_for_terminal`]).
 pub fn json_line(value: &Value) -> String {
     json_for_terminal(&value.to_string())
+}
+
+/// Errors are JSON objects (`--json`).
+static JSON_ERRORS: AtomicBool = AtomicBool::new(false);
+
+const ERROR: Style = AnsiColor::Red.on_default().bold();
+const WARNING: Style = AnsiColor::Yellow.on_default().bold();
+
+/// How the CLI's stderr lines are coloured from now on: `Auto` colours only a terminal and
+/// honours `NO_COLOR`, `CLICOLOR` and `CLICOLOR_FORCE`; clap's help and usage errors follow too.
+pub fn set_color(choice: ColorChoice) {
+    choice.write_global();
+}
+
+/// Whether errors are written as JSON objects from now on (`--json`).
+pub fn set_json_errors(json: bool) {
+    JSON_ERRORS.store(json, Ordering::Relaxed);
+}
+
+/// Whether errors are written as JSON objects (`--json`).
+pub fn json_errors() -> bool {
+    JSON_ERRORS.load(Ordering::Relaxed)
+}
+
+/// Reports the error that ends the process with `code`: `hermes: error: MESSAGE`, or under
+/// `--json` `{"error": MESSAGE, "code": CODE}` on one line.
+pub fn error(message: &str, code: u8) {
+    if json_errors() {
+        json_error(message, code);
+    } else {
+        labelled(ERROR, "error", message);
+    }
+}
+
+/// Reports a bug the process is about to exit 101 for (`hermes: internal error: …`).
+pub fn internal_error(message: &str) {
+    if json_errors() {
+        json_error(&format!("internal error: {message}"), 101);
+    } else {
+        labelled(ERROR, "internal error", message);
+    }
+}
+
+/// `hermes: warning: MESSAGE`: something this run ignored or could not use, and went on. Text
+/// under `--json` too: stdout carries the run's JSON, and the run has not failed.
+pub fn warning(message: &str) {
+    labelled(WARNING, "warning", message);
+}
+
+/// `hermes: MESSAGE`: what a verb reports beside its output.
+pub fn note(message: &str) {
+    stderr_line(&for_terminal(&format!("hermes: {message}")));
+}
+
+fn json_error(message: &str, code: u8) {
+    stderr_line(&json_line(&json!({"error": message, "code": code})));
+}
+
+fn labelled(style: Style, label: &str, message: &str) {
+    // Made safe before it is painted: the escapes added here are the only ones on the line.
+    let message = for_terminal(message);
+    stderr_line(&format!("hermes: {}: {message}", paint(style, label)));
+}
+
+/// `text` in `style` when stderr takes colour (see [`set_color`]).
+fn paint(style: Style, text: &str) -> String {
+    if anstream::AutoStream::choice(&io::stderr()) == ColorChoice::Never {
+        text.to_owned()
+    } else {
+        format!("{style}{text}{style:#}")
+    }
+}
+
+/// `line` plus a newline on stderr, as it is (already made safe by the caller). A closed stderr
+/// is no reason to crash, as `eprintln!` would.
+pub fn stderr_line(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
 #[cfg(test)]

@@ -2,16 +2,19 @@
 //!
 //! One file per verb, each exposing `run(&Context, &Args) -> Result<Outcome, CliError>`, so a
 //! verb can be filled in or changed without touching this dispatcher. Exit codes: 0 success,
-//! 1 failure (message on stderr as `hermes: error: …`), 2 usage errors (clap's own).
+//! 1 failure (message on stderr as `hermes: error: …`, or under `--json` as one JSON object;
+//! `crate::output` writes both), 2 usage errors (clap's own).
 
 pub mod archive;
 pub mod auto_decompose;
+pub mod completions;
 pub mod create;
 pub mod decompose;
 pub mod gateway;
 pub mod init;
 pub mod link;
 pub mod list;
+pub mod man;
 pub mod render;
 pub mod resume;
 pub mod show;
@@ -24,7 +27,7 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{ColorChoice, Parser, Subcommand};
 use serde_json::Value;
 
 use crate::config::{Config, Home};
@@ -33,11 +36,21 @@ use crate::store::Store;
 
 /// `hermes`: the kanban board, its CLI and the gateway that decomposes cards within bounds.
 #[derive(Debug, Parser)]
-#[command(name = "hermes", version, about, propagate_version = true)]
+#[command(
+    name = "hermes",
+    version = env!("HERMES_VERSION"),
+    about,
+    propagate_version = true
+)]
 pub struct Cli {
-    /// Print machine-readable JSON on stdout (errors still go to stderr).
+    /// Print machine-readable JSON on stdout; an error is then one JSON object on stderr,
+    /// `{"error": MESSAGE, "code": EXIT_CODE}`.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Colour the `error:` and `warning:` labels on stderr: auto (only on a terminal, and not
+    /// when NO_COLOR is set), always or never.
+    #[arg(long, global = true, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -52,6 +65,10 @@ pub enum Command {
     /// Run the gateway.
     #[command(subcommand)]
     Gateway(GatewayCommand),
+    /// Print a shell completion script.
+    Completions(completions::CompletionsArgs),
+    /// Print the man page of hermes, or of one of its commands, as roff.
+    Man(man::ManArgs),
 }
 
 /// `hermes kanban …`.
@@ -89,6 +106,7 @@ impl Command {
     pub fn reads_config(&self) -> bool {
         match self {
             Command::Gateway(_) => true,
+            Command::Completions(_) | Command::Man(_) => false,
             Command::Kanban(verb) => matches!(
                 verb,
                 KanbanCommand::Decompose(_) | KanbanCommand::Usage(_) | KanbanCommand::Unpark(_)
@@ -153,8 +171,14 @@ impl Context {
 }
 
 fn write_stdout(text: &str) -> Result<(), CliError> {
+    write_stdout_raw(format!("{text}\n").as_bytes())
+}
+
+/// Writes `bytes` on stdout as they are: generated text (a completion script, a man page) that
+/// holds nothing from outside.
+fn write_stdout_raw(bytes: &[u8]) -> Result<(), CliError> {
     let mut out = io::stdout().lock();
-    writeln!(out, "{text}")
+    out.write_all(bytes)
         .and_then(|_| out.flush())
         .context("writing to stdout")?;
     Ok(())
@@ -162,13 +186,13 @@ fn write_stdout(text: &str) -> Result<(), CliError> {
 
 /// `hermes: MESSAGE` on stderr: what a verb reports beside its output.
 pub fn note(message: &str) {
-    eprintln_safely(&format!("hermes: {message}"));
+    output::note(message);
 }
 
 impl Context {
     /// Reports what `config.yaml` or `.env` made this verb ignore, as `hermes: warning: …`.
     pub fn warn(&self, warning: &str) {
-        eprintln_safely(&format!("hermes: warning: {warning}"));
+        output::warning(warning);
     }
 }
 
@@ -256,28 +280,24 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // Read ahead of clap, so that its own errors and help follow --color and --json too.
+    let (color, json) = early_flags(&args);
+    output::set_color(color.unwrap_or(anstream::ColorChoice::Auto));
+    output::set_json_errors(json);
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => {
-            // clap prints help/version on stdout and usage errors on stderr.
-            let _ = e.print();
-            let rendered = e.render().to_string();
-            if e.use_stderr() && !rendered.contains("Usage:") {
-                // Value errors (a non-numeric --priority, an unknown --status) come without
-                // the usage line; a person fixing the command wants to see it.
-                eprintln_safely(&format!("\n{}", usage_for(&args)));
-            }
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
-        }
+        Err(e) => return clap_error(&e, &args),
     };
+    output::set_color(anstream_choice(cli.color));
+    output::set_json_errors(cli.json);
     match execute(cli) {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failure) => ExitCode::from(1),
         Err(e) => {
             if !is_broken_pipe(&e.error) {
-                eprintln_safely(&format!("hermes: error: {e}"));
-                if e.usage {
-                    eprintln_safely("Run `hermes --help` for usage.");
+                output::error(&e.to_string(), e.exit_code());
+                if e.usage && !output::json_errors() {
+                    output::stderr_line("Run `hermes --help` for usage.");
                 }
             }
             ExitCode::from(e.exit_code())
@@ -285,7 +305,73 @@ where
     }
 }
 
+/// Reports what clap refused (or prints the help or version it was asked for).
+fn clap_error(e: &clap::Error, args: &[OsString]) -> ExitCode {
+    let code = u8::try_from(e.exit_code()).unwrap_or(2);
+    if e.use_stderr() && output::json_errors() {
+        let message =
+            if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                format!("a subcommand is required; {}", usage_for(args))
+            } else {
+                // clap's first paragraph is the message; the rest is usage and a tip.
+                let rendered = e.render().to_string();
+                let first = rendered.split("\n\n").next().unwrap_or_default();
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                first.split_whitespace().collect::<Vec<_>>().join(" ")
+            };
+        output::error(&message, code);
+        return ExitCode::from(code);
+    }
+    // clap prints help/version on stdout and usage errors on stderr.
+    let _ = e.print();
+    if e.use_stderr() && !e.render().to_string().contains("Usage:") {
+        // Value errors (a non-numeric --priority, an unknown --status) come without the usage
+        // line; a person fixing the command wants to see it.
+        output::stderr_line(&output::for_terminal(&format!("\n{}", usage_for(args))));
+    }
+    ExitCode::from(code)
+}
+
+/// `--color WHEN` and `--json` as given before any `--`, for the errors clap reports before
+/// there is a parsed command line.
+fn early_flags(args: &[OsString]) -> (Option<anstream::ColorChoice>, bool) {
+    let mut color = None;
+    let mut json = false;
+    let mut words = args.iter().skip(1).filter_map(|a| a.to_str());
+    while let Some(word) = words.next() {
+        let when = match word {
+            "--" => break,
+            "--json" => {
+                json = true;
+                continue;
+            }
+            "--color" => words.next(),
+            _ => word.strip_prefix("--color="),
+        };
+        if let Some(when) =
+            when.and_then(|w| <ColorChoice as clap::ValueEnum>::from_str(w, false).ok())
+        {
+            color = Some(anstream_choice(when));
+        }
+    }
+    (color, json)
+}
+
+fn anstream_choice(choice: ColorChoice) -> anstream::ColorChoice {
+    match choice {
+        ColorChoice::Auto => anstream::ColorChoice::Auto,
+        ColorChoice::Always => anstream::ColorChoice::Always,
+        ColorChoice::Never => anstream::ColorChoice::Never,
+    }
+}
+
 fn execute(cli: Cli) -> Result<Outcome, CliError> {
+    // These describe the command line itself: no home, no board, no config.
+    match &cli.command {
+        Command::Completions(a) => return completions::run(a),
+        Command::Man(a) => return man::run(a),
+        Command::Kanban(_) | Command::Gateway(_) => {}
+    }
     let home = Home::from_env()?;
     // Board-only verbs do not read config.yaml at all: a config written by upstream is 15 kB
     // of YAML, whose parsing would cost more than the rest of a `kanban create`. A broken or
@@ -314,7 +400,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
     // The gateway logs these itself (and again when an edit introduces one).
     if !matches!(cli.command, Command::Gateway(_)) {
         for warning in &config.warnings {
-            eprintln_safely(&format!("hermes: warning: {warning}"));
+            output::warning(&warning.to_string());
         }
     }
     let ctx = Context {
@@ -338,6 +424,9 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
             KanbanCommand::AutoDecompose(a) => auto_decompose::run(&ctx, a),
         },
         Command::Gateway(GatewayCommand::Run(a)) => gateway::run(&ctx, a),
+        // Already answered above; answering again is as right.
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => man::run(a),
     }
 }
 
@@ -347,10 +436,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
 pub fn redate_before_recovery(store: &mut Store) -> Result<(), CliError> {
     let redated = store.redate_future(crate::clock::now_ms())?;
     if !redated.is_empty() {
-        eprintln_safely(&format!(
-            "hermes: {}",
-            crate::auto::describe_redated(&redated)
-        ));
+        note(&crate::auto::describe_redated(&redated));
     }
     Ok(())
 }
@@ -399,12 +485,6 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         .any(|io| io.kind() == io::ErrorKind::BrokenPipe)
 }
 
-/// `eprintln!` panics when stderr is closed; a closed stderr is no reason to crash. The line is
-/// redacted and its control characters made visible, as stdout's are.
-fn eprintln_safely(line: &str) {
-    let _ = writeln!(io::stderr().lock(), "{}", output::for_terminal(line));
-}
-
 /// Replaces the default panic report (multi-line, with a backtrace hint) with one line; the
 /// process then exits 101 from `main`. Only a bug can get here: bad input is an error.
 fn install_panic_hook() {
@@ -419,9 +499,7 @@ fn install_panic_hook() {
             .location()
             .map(|l| format!(" ({}:{})", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln_safely(&format!(
-            "hermes: internal error: {message}{place}; this is a bug"
-        ));
+        output::internal_error(&format!("{message}{place}; this is a bug"));
     }));
 }
 
@@ -470,6 +548,28 @@ mod tests {
             let e = Cli::try_parse_from(&args).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{args:?}");
         }
+    }
+
+    #[test]
+    fn color_and_json_are_read_ahead_of_clap_up_to_a_double_dash() {
+        let early = |args: &[&str]| {
+            let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+            early_flags(&args)
+        };
+        use anstream::ColorChoice::{Always, Never};
+        assert_eq!(
+            early(&["hermes", "--color", "never", "x"]),
+            (Some(Never), false)
+        );
+        assert_eq!(
+            early(&["hermes", "x", "--color=always", "--json"]),
+            (Some(Always), true)
+        );
+        assert_eq!(early(&["hermes", "--color", "sometimes"]), (None, false));
+        assert_eq!(
+            early(&["hermes", "--", "--json", "--color=never"]),
+            (None, false)
+        );
     }
 
     #[test]

@@ -44,6 +44,13 @@ fn assert_task_shape(v: &Value) {
     assert_eq!(keys(v), expected, "{v:#}");
 }
 
+/// The last line of stderr, which under `--json` must be the error as one JSON object.
+pub fn json_error(out: &support::Out) -> Value {
+    let line = out.stderr.lines().last().unwrap_or_default();
+    serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("the error is not one JSON object ({e}): {out:?}"))
+}
+
 fn rows(db: &std::path::Path, sql: &str) -> i64 {
     let conn = Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
@@ -226,7 +233,6 @@ fn unknown_ids_exit_one_naming_the_id() {
     let known = s.create("known", &[]);
     for args in [
         vec!["kanban", "show", "t_nope0000"],
-        vec!["kanban", "show", "t_nope0000", "--json"],
         vec!["kanban", "link", &known, "t_nope0000"],
         vec!["kanban", "link", "t_nope0000", &known],
         vec!["kanban", "archive", &known, "t_nope0000"],
@@ -240,6 +246,17 @@ fn unknown_ids_exit_one_naming_the_id() {
             "{args:?}: {out:?}"
         );
         assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        // The same error as one JSON object under --json, with the same exit code.
+        let mut json_args = args.clone();
+        json_args.push("--json");
+        let out = s.run(&json_args);
+        assert_eq!(out.code, Some(1), "{json_args:?}: {out:?}");
+        assert_eq!(
+            json_error(&out),
+            serde_json::json!({"error": "no such task: t_nope0000", "code": 1}),
+            "{json_args:?}"
+        );
+        assert!(out.stdout.is_empty(), "{json_args:?}: {out:?}");
     }
     // The failed archive and create wrote nothing.
     assert_eq!(
@@ -389,8 +406,8 @@ fn a_bad_config_names_the_key() {
         s.write_config(yaml);
         let out = s.run(&["kanban", "decompose", "--all", "--json"]);
         assert_eq!(out.code, Some(1), "{yaml:?}: {out:?}");
-        assert!(out.stderr.contains("config.yaml"), "{yaml:?}: {out:?}");
-        assert!(out.stderr.contains(expected), "{yaml:?}: {out:?}");
+        assert!(out.error().contains("config.yaml"), "{yaml:?}: {out:?}");
+        assert!(out.error().contains(expected), "{yaml:?}: {out:?}");
         assert!(out.stdout.is_empty(), "{yaml:?}: {out:?}");
 
         // `usage` bills nothing: it warns with the same message and shows the ledger.
@@ -599,4 +616,137 @@ fn concurrent_first_use_of_a_fresh_board_loses_no_card() {
         rows(&s.db(), "SELECT count(*) FROM hermes_decompose_state"),
         8
     );
+}
+
+#[test]
+fn usage_errors_under_json_are_json_objects_and_still_exit_two() {
+    let s = Scratch::new();
+    for args in [
+        vec!["--json", "kanban"],
+        vec!["kanban", "create", "--json"],
+        vec!["kanban", "list", "--status", "limbo", "--json"],
+        vec!["--json", "nonsense"],
+        vec!["man", "nonsense", "--json"],
+    ] {
+        let out = s.run(&args);
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+        let error = json_error(&out);
+        assert_eq!(error["code"], 2, "{args:?}: {error}");
+        assert!(
+            error["error"].as_str().is_some_and(|m| !m.is_empty()),
+            "{error}"
+        );
+        assert_eq!(error.as_object().map(|o| o.len()), Some(2), "{error}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+}
+
+/// A run with the environment a terminal user has (no NO_COLOR), stderr still a pipe.
+fn run_without_no_color(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> support::Out {
+    let mut cmd = s.command(args);
+    cmd.env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
+    cmd.envs(env.iter().copied());
+    let out = run_command(cmd, support::CALL_TIMEOUT);
+    support::assert_no_panic(&out);
+    out
+}
+
+#[test]
+fn color_follows_the_flag_and_no_color() {
+    let s = Scratch::new();
+    let failing = ["kanban", "show", "t_nope0000"];
+    let with = |extra: &[&'static str]| {
+        let mut args = failing.to_vec();
+        args.extend_from_slice(extra);
+        args
+    };
+    // NO_COLOR (the helper sets it), --color never, and a pipe under auto: plain text.
+    for out in [
+        s.run(&failing),
+        s.run(&with(&["--color", "never"])),
+        run_without_no_color(&s, &with(&["--color=never"]), &[]),
+        run_without_no_color(&s, &failing, &[]),
+    ] {
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.starts_with("hermes: error: no such task"),
+            "{out:?}"
+        );
+        assert!(!out.stderr.contains('\u{1b}'), "{out:?}");
+    }
+    // Asked for, colour wins over NO_COLOR; CLICOLOR_FORCE asks too.
+    for out in [
+        s.run(&with(&["--color", "always"])),
+        run_without_no_color(&s, &failing, &[("CLICOLOR_FORCE", "1")]),
+    ] {
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(out.stderr.contains("\u{1b}["), "{out:?}");
+        assert!(out.stderr.contains("no such task: t_nope0000"), "{out:?}");
+    }
+    // JSON is never coloured.
+    let out = s.run(&with(&["--color", "always", "--json"]));
+    assert!(!out.stderr.contains('\u{1b}'), "{out:?}");
+    assert_eq!(json_error(&out)["code"], 1);
+    // clap's own usage errors follow the flag too.
+    let out = s.run(&["kanban", "frobnicate", "--color", "always"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("\u{1b}["), "{out:?}");
+    let out = run_without_no_color(&s, &["kanban", "frobnicate", "--color", "never"], &[]);
+    assert!(!out.stderr.contains('\u{1b}'), "{out:?}");
+}
+
+#[test]
+fn version_names_the_commit_or_says_it_is_unknown() {
+    let s = Scratch::new();
+    let out = s.ok(&["--version"]);
+    let line = out.stdout.trim_end();
+    let rest = line
+        .strip_prefix(&format!("hermes {} (", env!("CARGO_PKG_VERSION")))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{line:?}"));
+    if rest != "commit unknown" {
+        let (hash, date) = rest.split_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        assert!(
+            hash.len() >= 7 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+            "{line:?}"
+        );
+        let digits: Vec<&str> = date.split('-').collect();
+        assert!(
+            digits.len() == 3 && digits.iter().all(|d| d.chars().all(|c| c.is_ascii_digit())),
+            "{line:?}"
+        );
+    }
+}
+
+#[test]
+fn completions_and_man_pages_need_no_home() {
+    let s = Scratch::new();
+    let run = |args: &[&str]| {
+        let mut cmd = s.command(args);
+        cmd.env_remove("HOME").env_remove("HERMES_HOME");
+        let out = run_command(cmd, support::CALL_TIMEOUT);
+        support::assert_no_panic(&out);
+        assert!(out.success(), "{args:?}: {out:?}");
+        assert!(out.stderr.is_empty(), "{args:?}: {out:?}");
+        out.stdout
+    };
+    let bash = run(&["completions", "bash"]);
+    assert!(
+        bash.contains("kanban") && bash.contains("decompose"),
+        "{bash}"
+    );
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        assert!(run(&["completions", shell]).contains("kanban"), "{shell}");
+    }
+    let page = run(&["man"]);
+    assert!(page.starts_with('.'), "{page}");
+    assert!(page.contains(".TH hermes 1"), "{page}");
+    assert!(page.contains("kanban"), "{page}");
+    let page = run(&["man", "kanban", "create"]);
+    assert!(page.contains(".TH hermes-kanban-create 1"), "{page}");
+    assert!(page.contains("\\-\\-triage"), "{page}");
+    assert!(!s.hermes_home().exists());
+    let out = s.run(&["man", "kanban", "frobnicate"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("no command `frobnicate`"), "{out:?}");
 }

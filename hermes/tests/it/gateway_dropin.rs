@@ -200,7 +200,7 @@ fn a_decomposer_refused_by_the_config_bills_nothing() {
     let out = s.run(&["kanban", "decompose", &id, "--json"]);
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(
-        out.stderr
+        out.error()
             .contains("auxiliary.kanban_decomposer.provider is \"anthropic\""),
         "{out:?}"
     );

@@ -203,8 +203,12 @@ fn unpark_refuses_with_exit_1_and_writes_nothing() {
             let out = s.run(&args);
             assert_eq!(out.code, Some(1), "{id}: {out:?}");
             assert!(out.stdout.is_empty(), "{id}: {out:?}");
-            assert!(out.stderr.starts_with("hermes: error: "), "{id}: {out:?}");
-            assert!(out.stderr.contains(reason), "{id}: {out:?}");
+            if json {
+                assert_eq!(crate::cli::json_error(&out)["code"], 1, "{id}: {out:?}");
+            } else {
+                assert!(out.stderr.starts_with("hermes: error: "), "{id}: {out:?}");
+            }
+            assert!(out.error().contains(reason), "{id}: {out:?}");
         }
         assert_eq!(s.json(&["kanban", "show", &fresh, "--json"]), before);
     }

@@ -29,6 +29,19 @@ impl Out {
         self.code == Some(0)
     }
 
+    /// The message of the error that ended the run: under `--json` the `error` of the JSON object
+    /// that is stderr's last line, else stderr as it is.
+    pub fn error(&self) -> String {
+        let last = self.stderr.lines().last().unwrap_or_default();
+        match serde_json::from_str::<Value>(last) {
+            Ok(Value::Object(error)) => match error.get("error") {
+                Some(Value::String(message)) => message.clone(),
+                _ => panic!("a JSON error without a message: {last}"),
+            },
+            _ => self.stderr.clone(),
+        }
+    }
+
     /// Stdout parsed as exactly one JSON document (nothing else may be printed there).
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
