@@ -381,8 +381,8 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
         match Config::load(&home) {
             Ok(config) => config,
             Err(e) if cli.command.survives_broken_config() => {
-                eprintln_safely(&format!(
-                    "hermes: warning: {:#}; showing the ledger with the default settings",
+                crate::output::warning(&format!(
+                    "{:#}; showing the ledger with the default settings",
                     anyhow::Error::from(e)
                 ));
                 config_broken = true;
