@@ -289,6 +289,7 @@ impl Report {
                 format_seconds(run.seconds)
             );
         }
+        out.push_str(&self.by_bound(width));
         for run in &self.runs {
             let counts = oracle_counts(run);
             if counts.is_empty() {
@@ -353,6 +354,48 @@ impl Report {
                     let _ = writeln!(out, "{line}");
                 }
             }
+        }
+        out
+    }
+
+    /// What a user came for: each bound of the contract, and how its verdicts (the tests' and
+    /// the oracle's) came out on each target.
+    fn by_bound(&self, width: usize) -> String {
+        let label_width = BOUNDS
+            .iter()
+            .map(|(label, _, _)| bound_words(label).chars().count())
+            .max()
+            .unwrap_or(0);
+        let cells: Vec<Vec<String>> = BOUNDS
+            .iter()
+            .map(|(label, _, _)| self.runs.iter().map(|run| bound_cell(run, label)).collect())
+            .collect();
+        let column = cells
+            .iter()
+            .flatten()
+            .map(|cell| cell.chars().count())
+            .chain(self.runs.iter().map(|run| run.name.chars().count()))
+            .max()
+            .unwrap_or(width);
+        let mut out = format!(
+            "
+{:<label_width$}",
+            "by bound (verdicts)"
+        );
+        for run in &self.runs {
+            let _ = write!(out, "  {:<column$}", run.name);
+        }
+        out.push('\n');
+        for ((label, _, _), row) in BOUNDS.iter().zip(&cells) {
+            if row.iter().all(|cell| cell == NO_VERDICTS) {
+                continue;
+            }
+            let _ = write!(out, "{:<label_width$}", bound_words(label));
+            for cell in row {
+                let _ = write!(out, "  {cell:<column$}");
+            }
+            out = out.trim_end().to_owned();
+            out.push('\n');
         }
         out
     }
@@ -704,6 +747,38 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
 }
 
 /// Whether a verdict is one of the oracle's (`fixtures::oracle`), not the test's own.
+/// A bound with no verdict on a target (not run there, or no test of it ran).
+const NO_VERDICTS: &str = "-";
+
+/// One target's verdicts on one bound: `12 held`, `3 held, 2 known gap, 1 FAIL`, or
+/// [`NO_VERDICTS`]. A verdict that could not be reached counts as a FAIL, as in the table.
+fn bound_cell(run: &TargetRun, bound: &str) -> String {
+    let (mut held, mut fixed, mut known, mut fail) = (0, 0, 0, 0);
+    for verdict in run.verdicts.iter().filter(|v| v.bound == bound) {
+        match verdict.outcome {
+            Outcome::Pass => held += 1,
+            Outcome::Fixed => fixed += 1,
+            Outcome::KnownGap => known += 1,
+            Outcome::Fail | Outcome::Mismatch => fail += 1,
+        }
+    }
+    let parts: Vec<String> = [
+        (held, "held"),
+        (fixed, "fixed?"),
+        (known, "known gap"),
+        (fail, "FAIL"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, words)| format!("{n} {words}"))
+    .collect();
+    if parts.is_empty() {
+        NO_VERDICTS.to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
 pub fn is_oracle(verdict: &Record) -> bool {
     verdict.what.starts_with("oracle: ")
 }

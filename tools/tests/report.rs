@@ -156,6 +156,31 @@ fn summary_counts_and_lists_the_news_and_the_failures() {
 }
 
 #[test]
+fn summary_says_how_each_bound_came_out_on_each_target() {
+    let summary = report().summary();
+    let header = summary
+        .lines()
+        .find(|line| line.starts_with("by bound (verdicts)"))
+        .unwrap_or_else(|| panic!("no per-bound table:\n{summary}"));
+    assert!(
+        header.contains("reference") && header.contains("upstream"),
+        "{summary}"
+    );
+    let b1 = summary
+        .lines()
+        .find(|line| line.starts_with("B1 budget "))
+        .unwrap_or_else(|| panic!("no B1 row:\n{summary}"));
+    assert!(b1.contains("known gap"), "{b1}");
+    // A bound no verdict names is left out rather than shown as all dashes.
+    for line in summary.lines().filter(|line| line.starts_with('B')) {
+        assert!(
+            line.split("  ").skip(1).any(|cell| cell.trim() != "-"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
 fn markdown_and_json_keep_every_verdict() {
     let report = report();
     let md = report.markdown();
