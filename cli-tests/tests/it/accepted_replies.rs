@@ -13,7 +13,7 @@ use crate::{decompose_card, Decomposition};
 /// finding, when there is not exactly one such event).
 fn decomposed_child_ids(board: &Board, root: &str, findings: &mut Findings) -> Vec<String> {
     let events = board.rows().events(root, "decomposed");
-    findings.equal("decomposed events", &events.len(), &1);
+    *findings = std::mem::take(findings).equal("decomposed events", &events.len(), &1);
     events.first().map(Event::child_ids).unwrap_or_default()
 }
 
@@ -36,7 +36,7 @@ fn three_child_graph_is_applied_with_its_sibling_edge(board: Board) {
     judge_one_good_request(&board, &root, &run);
     let rows = board.rows();
     let mut findings = Findings::new();
-    findings.equal("ok", &run.ok(), &Some(true));
+    findings = findings.equal("ok", &run.ok(), &Some(true));
     let children = decomposed_child_ids(&board, &root, &mut findings);
     let titles: Vec<String> = children.iter().map(|id| rows.title(id)).collect();
     let mut linked = rows.children_of(&root);
@@ -46,7 +46,7 @@ fn three_child_graph_is_applied_with_its_sibling_edge(board: Board) {
     let statuses: Vec<String> = children.iter().map(|id| rows.status(id)).collect();
     let root_row = rows.find_task(&root);
     let root_status = root_row.as_ref().map(|row| row.status.clone());
-    findings
+    findings = findings
         .equal(
             "child titles in reply order",
             &titles,
@@ -101,10 +101,10 @@ fn json_inside_code_fences_is_accepted(#[case] template: &str, board: Board) {
     judge_one_good_request(&board, &root, &run);
     let rows = board.rows();
     let mut findings = Findings::new();
-    findings.equal("ok", &run.ok(), &Some(true));
+    findings = findings.equal("ok", &run.ok(), &Some(true));
     let children = decomposed_child_ids(&board, &root, &mut findings);
     let titles: Vec<String> = children.iter().map(|id| rows.title(id)).collect();
-    findings
+    findings = findings
         .equal("child titles", &titles, &(0..2).map(child_title).collect())
         .that(
             children.len() == 2 && rows.has_link(&children[0], &children[1]),
@@ -137,8 +137,7 @@ fn single_task_promotion_retitles_and_leaves_triage(board: Board) {
             .gap(GapKind::ReplyNotApplied);
         return;
     };
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("ok", &run.ok(), &Some(true))
         .equal("title", &row.title.as_str(), &"Write the release notes")
         .equal("body", &row.body.as_deref(), &Some(body))
@@ -162,8 +161,7 @@ fn single_task_promotion_retitles_and_leaves_triage(board: Board) {
             "the --json line's new_title",
             &run.line()["new_title"],
             &json!("Write the release notes"),
-        );
-    findings
+        )
         .verdict("the single promotion is applied as replied")
         .context(|| format!("{}\n{}", run.output, board.diag(&root)))
         .gap(GapKind::ReplyNotApplied);
@@ -195,8 +193,7 @@ fn single_with_a_title_and_no_body_keeps_the_cards_body(board: Board) {
 
     judge_one_good_request(&board, &root, &run);
     let row = board.rows().find_task(&root);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("ok", &run.ok(), &Some(true))
         .equal(
             "title",
@@ -211,8 +208,7 @@ fn single_with_a_title_and_no_body_keeps_the_cards_body(board: Board) {
         .that(
             row.as_ref().is_some_and(|row| row.status != "triage"),
             || "the card leaves triage".to_owned(),
-        );
-    findings
+        )
         .verdict("a single with a new title and no body is applied, the body kept")
         .context(|| format!("{}\n{}", run.output, board.diag(&root)))
         .gap(GapKind::ReplyNotApplied);
@@ -251,7 +247,7 @@ fn hostile_titles_survive_into_child_rows(board: Board) {
     judge_one_good_request(&board, &root, &run);
     let rows = board.rows();
     let mut findings = Findings::new();
-    findings.equal("ok", &run.ok(), &Some(true)).equal(
+    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
         "the root's own title",
         &rows.title(&root).as_str(),
         &r#"Robert'); DROP TABLE tasks;-- "quoted" 🚀"#,
@@ -270,7 +266,7 @@ fn hostile_titles_survive_into_child_rows(board: Board) {
         .iter()
         .map(|text| ((*text).to_owned(), Some(format!("body: {text}"))))
         .collect();
-    findings.equal("titles and bodies stored verbatim", &stored, &expected);
+    findings = findings.equal("titles and bodies stored verbatim", &stored, &expected);
     findings
         .verdict("hostile titles are stored verbatim")
         .context(|| board.diag(&root))
@@ -298,7 +294,7 @@ fn a_stream_ended_by_a_bare_final_done_is_applied(board: Board) {
 
     judge_one_good_request(&board, &root, &run);
     let mut findings = Findings::new();
-    findings.equal("ok", &run.ok(), &Some(true)).equal(
+    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
         "children",
         &board.rows().children_of(&root).len(),
         &2,
@@ -340,16 +336,14 @@ fn a_chunked_reply_leaves_the_rows_the_same_reply_sent_whole_leaves(#[case] repl
         "{answers:?}"
     );
     judge_one_good_request(&board, &root, &run);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("ok", &run.ok(), &Some(true))
         .equal("children", &board.rows().children_of(&root).len(), &3)
         .equal(
             "rows (as after the same reply sent whole)",
             &BoardRows::capture(&board, &[&root]),
             &BoardRows::capture(&whole_board, &[&whole_root]),
-        );
-    findings
+        )
         .verdict("a chunked reply is applied as the same reply sent whole")
         .context(|| {
             format!(

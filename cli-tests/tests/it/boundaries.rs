@@ -33,8 +33,7 @@ fn last_valid_parent_index_is_accepted(board: Board) {
         .first()
         .map(Event::child_ids)
         .unwrap_or_default();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("ok", &run.ok(), &Some(true))
         .equal("children", &children.len(), &3)
         .that(
@@ -44,8 +43,7 @@ fn last_valid_parent_index_is_accepted(board: Board) {
                     .to_owned()
             },
         )
-        .equal("links (3 child->root, 1 sibling)", &rows.links().len(), &4);
-    findings
+        .equal("links (3 child->root, 1 sibling)", &rows.links().len(), &4)
         .verdict("a parent index of the last task is applied")
         .context(|| format!("{}\n{}", run.output, board.diag(&root)))
         .gap(GapKind::ReplyNotApplied);
@@ -102,8 +100,7 @@ fn fanout_at_the_child_cap_is_applied_and_one_more_is_rejected_whole(
     match size {
         Size::AtCap => {
             let rows = board.rows();
-            let mut findings = Findings::new();
-            findings
+            Findings::new()
                 .equal("ok", &run.ok(), &Some(true))
                 .equal("children", &rows.children_of(&root).len(), &children)
                 .equal("task rows", &board.task_count(), &(children + 1))
@@ -111,8 +108,7 @@ fn fanout_at_the_child_cap_is_applied_and_one_more_is_rejected_whole(
                     "decomposed events",
                     &rows.events(&root, "decomposed").len(),
                     &1,
-                );
-            findings
+                )
                 .verdict("a fan-out of exactly the child cap is applied")
                 .note(cap_words)
                 .context(|| format!("{}\n{}", run.output, board.diag(&root)))

@@ -90,7 +90,7 @@ fn parallel_sweeps_bill_each_card_once(#[with(Config::plain().backoff(0.0))] boa
     let rows = board.rows();
     let mut findings = Findings::new();
     for card in &cards {
-        findings
+        findings = findings
             .equal(
                 &format!("decomposed events of {card}"),
                 &rows.events(card, "decomposed").len(),
@@ -186,16 +186,14 @@ fn a_card_in_flight_is_refused_to_a_second_decompose(board: Board) {
     .provided(&in_flight)
     .gap(GapKind::UnclearRefusal);
     let rows = board.rows();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("the first decompose's ok", &first.ok(), &Some(true))
         .equal("children", &rows.children_of(&card).len(), &2)
         .equal(
             "decomposed events",
             &rows.events(&card, "decomposed").len(),
             &1,
-        );
-    findings
+        )
         .verdict("the first decompose alone is applied")
         .context(|| format!("{}\n{}", transcript(), board.diag(&card)))
         .provided(&in_flight)

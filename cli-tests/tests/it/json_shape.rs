@@ -52,8 +52,7 @@ fn fanout_line_lists_the_children_in_reply_order(board: Board) {
         .events(&root, "decomposed")
         .first()
         .map(|event| event.payload["child_ids"].clone());
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("ok", &line["ok"], &json!(true))
         .equal("fanout", &line["fanout"], &json!(true))
         .that(line["new_title"].is_null(), || {
@@ -68,8 +67,7 @@ fn fanout_line_lists_the_children_in_reply_order(board: Board) {
             "the decomposed event's child_ids",
             &event_ids,
             &Some(line["child_ids"].clone()),
-        );
-    findings
+        )
         .verdict("the fan-out line lists the children in reply order")
         .context(|| run.output.to_string())
         .gap(GapKind::WrongJsonLine);
@@ -97,13 +95,11 @@ fn single_line_carries_the_new_title(board: Board) {
 
     let line = run.line();
     judge_json_line_shape(line, &root);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("ok", &line["ok"], &json!(true))
         .equal("fanout", &line["fanout"], &json!(false))
         .equal("new_title", &line["new_title"], &json!("Tightened title"))
-        .equal("child_ids", &child_ids(line).len(), &0);
-    findings
+        .equal("child_ids", &child_ids(line).len(), &0)
         .verdict("the single line carries the new title")
         .context(|| run.output.to_string())
         .gap(GapKind::WrongJsonLine);
@@ -125,8 +121,7 @@ fn failed_line_says_why_and_exits_1(board: Board) {
 
     let line = run.line();
     judge_json_line_shape(line, &root);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("ok", &line["ok"], &json!(false))
         .equal("fanout", &line["fanout"], &json!(false))
         .that(
@@ -138,8 +133,7 @@ fn failed_line_says_why_and_exits_1(board: Board) {
         .equal("child_ids", &child_ids(line).len(), &0)
         .that(line["new_title"].is_null(), || {
             "a failure has no new title".to_owned()
-        });
-    findings
+        })
         .verdict("the failed line says why")
         .context(|| run.output.to_string())
         .gap(GapKind::WrongJsonLine);
@@ -173,18 +167,18 @@ fn sweep_prints_one_line_per_attempted_card_and_exits_1_on_a_failure(board: Boar
     for (card, ok) in [(&good, true), (&bad, false)] {
         match sweep.line_for(card) {
             Some(line) => {
-                findings
+                findings = findings
                     .that(json_line_ok(line, card), || {
                         format!("the line for {card} has the wrong shape: {line}")
                     })
                     .equal(&format!("ok of {card}"), &line["ok"], &json!(ok));
             }
             None => {
-                findings.that(false, || format!("no line for {card}"));
+                findings = findings.that(false, || format!("no line for {card}"));
             }
         }
     }
-    findings
+    findings = findings
         .that(sweep.line_for(&done).is_none(), || {
             "a line for the card not in triage".to_owned()
         })

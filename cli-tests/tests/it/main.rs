@@ -270,7 +270,7 @@ pub fn graph_not_applied(board: &Board, root_before: &Task, run: &Decomposition)
     let rows = board.rows();
     let Some(root) = rows.find_task(&root_before.id) else {
         let mut findings = Findings::new();
-        findings.that(false, || format!("the root {} is gone", root_before.id));
+        findings = findings.that(false, || format!("the root {} is gone", root_before.id));
         return findings;
     };
     let applied_events: Vec<String> = rows
@@ -279,8 +279,7 @@ pub fn graph_not_applied(board: &Board, root_before: &Task, run: &Decomposition)
         .filter(|event| event.kind == "decomposed" || event.kind == "specified")
         .map(|event| event.kind)
         .collect();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("child rows", &board.task_count().saturating_sub(1), &0)
         .equal("links", &rows.links().len(), &0)
         .equal("root status", &root.status, &root_before.status)
@@ -288,8 +287,7 @@ pub fn graph_not_applied(board: &Board, root_before: &Task, run: &Decomposition)
         .equal("root body", &root.body, &root_before.body)
         .equal("root assignee", &root.assignee, &root_before.assignee)
         .equal("applied events", &applied_events, &Vec::new())
-        .equal("ok", &run.ok(), &Some(false));
-    findings
+        .equal("ok", &run.ok(), &Some(false))
 }
 
 /// Whether `line` is an object with exactly the documented keys, each of its documented type,
@@ -308,7 +306,7 @@ pub fn json_line_shape(line: &Value, task_id: &str) -> Result<(), String> {
         Value::Array(ids) => ids.iter().all(Value::is_string),
         _ => false,
     };
-    findings
+    findings = findings
         .equal("keys", &keys, &expected)
         .equal("task_id", &line["task_id"], &Value::from(task_id))
         .that(line["ok"].is_boolean(), || {
@@ -359,11 +357,12 @@ pub fn raw_controls(text: &str) -> Vec<String> {
 }
 
 /// Notes every raw control character in the stdout and stderr of `output`.
-pub fn no_raw_controls(findings: &mut Findings, output: &CliOutput) {
+pub fn no_raw_controls(mut findings: Findings, output: &CliOutput) -> Findings {
     for (stream, text) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
         let found = raw_controls(text);
-        findings.that(found.is_empty(), || {
+        findings = findings.that(found.is_empty(), || {
             format!("`{}` {stream}: {}", output.command, found.join(", "))
         });
     }
+    findings
 }

@@ -44,8 +44,7 @@ fn a_copy_of_kanban_db_alone_after_cli_verbs_holds_every_row(board: Board) {
     copy.restore_board_file_from(&board);
     let copied = BoardRows::capture(&copy, &watched);
 
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("tasks in the copy", &copied.tasks, &original.tasks)
         .equal(
             "links in the copy",
@@ -59,8 +58,7 @@ fn a_copy_of_kanban_db_alone_after_cli_verbs_holds_every_row(board: Board) {
         )
         .that(copy.rows().status(&verbs.decomposed) != "triage", || {
             "the decomposition is in the copy".to_owned()
-        });
-    findings
+        })
         .verdict("a copy of kanban.db alone after CLI verbs holds every row")
         .gap(GapKind::BudgetNotPersisted);
 }

@@ -88,8 +88,7 @@ fn provider_back_after_an_outage_decomposes_the_card_with_one_bill() {
         bills = bills.interrupted_by(timeout);
     }
     bills.gap(GapKind::PauseNeverEnded);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("children", &board.rows().children_of(&card).len(), &2)
         .that(
             after
@@ -97,8 +96,7 @@ fn provider_back_after_an_outage_decomposes_the_card_with_one_bill() {
                 .and_then(|sweep| sweep.line_for(&card))
                 .is_some_and(|line| line["ok"] == true),
             || "the sweep that decomposed the card reported no ok line for it".to_owned(),
-        );
-    findings
+        )
         .verdict("the card is decomposed once the provider is back")
         .context(transcript)
         .gap(GapKind::ReplyNotApplied);
@@ -240,7 +238,7 @@ fn a_host_that_answers_the_connection_a_second_late_is_reached() {
     .context(|| run.output.to_string())
     .gap(GapKind::NotOneRequest);
     let mut findings = Findings::new();
-    findings.equal("ok", &run.ok(), &Some(true)).equal(
+    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
         "children",
         &board.rows().children_of(&card).len(),
         &2,

@@ -71,8 +71,7 @@ fn two_racing_decomposes_apply_exactly_one_graph(board: Board) {
     .context(transcript)
     .provided(&raced)
     .gap(GapKind::DoubleApply);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "children linked under the root",
             &rows.children_of(&root).len(),
@@ -80,8 +79,7 @@ fn two_racing_decomposes_apply_exactly_one_graph(board: Board) {
         )
         .equal("task rows", &board.task_count(), &4)
         .equal("links", &rows.links().len(), &4)
-        .equal("processes reporting success", &successes, &1);
-    findings
+        .equal("processes reporting success", &successes, &1)
         .verdict("one graph's rows, one success")
         .context(transcript)
         .provided(&raced)
@@ -122,8 +120,7 @@ fn a_card_moved_on_while_its_call_is_out_gets_none_of_the_reply(
     }
     .map_err(|seen| format!("the card was not moved to {status} while its call was out: {seen}"));
     let rows = board.rows();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("task rows (the card alone)", &board.task_count(), &1)
         .equal("children of the card", &rows.children_of(&root).len(), &0)
         .equal("the card's status", &rows.status(&root), &status.to_owned())
@@ -131,8 +128,7 @@ fn a_card_moved_on_while_its_call_is_out_gets_none_of_the_reply(
             "`decomposed` events",
             &rows.events(&root, "decomposed").len(),
             &0,
-        );
-    findings
+        )
         .verdict(format!(
             "a card moved to {status} during its call gets none of the reply"
         ))

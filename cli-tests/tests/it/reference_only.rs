@@ -81,15 +81,15 @@ fn failed_attempt_event(
     card: &str,
     attempt: i64,
     origin: &str,
-    findings: &mut Findings,
-) {
+    findings: Findings,
+) -> Findings {
     let failed = board.rows().events(card, "decompose_failed");
     findings.that(
         failed.iter().any(|event| {
             event.payload["attempt"] == json!(attempt) && event.payload["origin"] == json!(origin)
         }),
         || format!("no decompose_failed event for attempt {attempt} from {origin}"),
-    );
+    )
 }
 
 #[rstest]
@@ -119,13 +119,12 @@ fn rejected_reply_is_a_recorded_failed_attempt(board: Board) {
         .context(|| board.diag(&root))
         .gap(GapKind::CallNotVisible);
     let ledger = board.rows().ledger(&root);
-    let mut findings = Findings::new();
-    findings
+    let mut findings = Findings::new()
         .equal("ledger rows", &ledger.len(), &1)
         .that(ledger.iter().all(|row| row.outcome != "in_flight"), || {
             "a ledger row is left open".to_owned()
         });
-    failed_attempt_event(&board, &root, 1, "manual", &mut findings);
+    findings = failed_attempt_event(&board, &root, 1, "manual", findings);
     findings
         .verdict("the paid call is in the ledger and the events")
         .context(|| board.diag(&root))
@@ -161,8 +160,7 @@ fn usage_reports_every_paid_call(#[with(Config::plain().retries(0))] board: Boar
         .context(|| usage.to_string())
         .gap(GapKind::CallNotVisible);
     let cards = usage["cards"].as_array().cloned().unwrap_or_default();
-    let mut findings = Findings::new();
-    findings
+    let mut findings = Findings::new()
         .equal("totals.ok", &totals["ok"], &json!(1))
         .equal("totals.failed", &totals["failed"], &json!(2))
         .equal(
@@ -176,7 +174,7 @@ fn usage_reports_every_paid_call(#[with(Config::plain().retries(0))] board: Boar
             .find(|entry| entry["task_id"] == json!(card))
             .cloned()
             .unwrap_or(Value::Null);
-        findings.equal(
+        findings = findings.equal(
             &format!("usage of {card} (calls, attempts, ok, failed)"),
             &[
                 &entry["calls"],
@@ -217,8 +215,7 @@ fn opted_out_card_is_left_to_people(board: Board) {
     .at_most(0)
     .context(|| sweep.output.to_string())
     .gap(GapKind::HoldDecomposed);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "show --json reports the opt-out",
             &shown["opt_out"],
@@ -231,8 +228,7 @@ fn opted_out_card_is_left_to_people(board: Board) {
         )
         .that(sweep.line_for(&opted_out).is_none(), || {
             "the sweep reported the opted-out card".to_owned()
-        });
-    findings
+        })
         .verdict("the sweep leaves the opted-out card alone")
         .context(|| sweep.output.to_string())
         .gap(GapKind::HoldDecomposed);
@@ -247,7 +243,7 @@ fn opted_out_card_is_left_to_people(board: Board) {
     .context(|| run.output.to_string())
     .gap(GapKind::NotOneRequest);
     let mut findings = Findings::new();
-    findings.equal("ok", &run.ok(), &Some(true)).equal(
+    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
         "children",
         &board.rows().children_of(&opted_out).len(),
         &2,
@@ -272,8 +268,7 @@ fn sweep_skips_a_card_in_backoff(#[with(Config::plain().backoff(3600.0))] board:
         .context(|| format!("{}\n{}", first.output, second.output))
         .gap(GapKind::BackoffIgnored);
     let shown = shown_decompose_state(&board, &doomed);
-    let mut findings = Findings::new();
-    findings
+    let mut findings = Findings::new()
         .equal("lines of the second sweep", &second.lines.len(), &0)
         .equal(
             "exit code of the second sweep (nothing attempted)",
@@ -289,7 +284,7 @@ fn sweep_skips_a_card_in_backoff(#[with(Config::plain().backoff(3600.0))] board:
         .that(shown["next_attempt_at"].is_number(), || {
             format!("the card has no next due time: {shown}")
         });
-    failed_attempt_event(&board, &doomed, 1, "sweep", &mut findings);
+    findings = failed_attempt_event(&board, &doomed, 1, "sweep", findings);
     findings
         .verdict("the sweep records the failure and its next due time")
         .context(|| format!("{}\n{}", first.output, second.output))
@@ -317,8 +312,7 @@ fn sweep_budget_parks_a_card_and_a_person_may_still_try_once(
         .exactly(2)
         .context(transcript)
         .gap(GapKind::RebilledEveryTick);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("lines of the third sweep", &sweeps[2].lines.len(), &0)
         .equal(
             "decompose_parked events",
@@ -330,8 +324,7 @@ fn sweep_budget_parks_a_card_and_a_person_may_still_try_once(
             &shown_decompose_state(&board, &doomed)["parked"],
             &json!(true),
         )
-        .equal("status", &board.rows().status(&doomed).as_str(), &"triage");
-    findings
+        .equal("status", &board.rows().status(&doomed).as_str(), &"triage")
         .verdict("the spent budget parks the card in triage")
         .context(transcript)
         .gap(GapKind::RebilledEveryTick);
@@ -376,15 +369,15 @@ fn judge_failed_without_rows(board: &Board, root_before: &Task, run: &Decomposit
         .context(|| format!("{}\n{}", run.output, board.diag(root)))
         .gap(GapKind::HostileReplyApplied);
     let mut findings = Findings::new();
-    findings.equal("attempts", &board.rows().attempts(root), &1);
-    failed_attempt_event(board, root, 1, "manual", &mut findings);
+    findings = findings.equal("attempts", &board.rows().attempts(root), &1);
+    findings = failed_attempt_event(board, root, 1, "manual", findings);
     let outcomes: Vec<String> = board
         .rows()
         .ledger(root)
         .into_iter()
         .map(|row| row.outcome)
         .collect();
-    findings.that(
+    findings = findings.that(
         outcomes
             .iter()
             .all(|outcome| outcome != "ok" && outcome != "in_flight"),

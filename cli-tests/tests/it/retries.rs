@@ -70,7 +70,7 @@ fn tries_after_server_errors_are_spaced_and_the_third_succeeds(
         .note(|| short.join("; "))
         .gap(GapKind::RetriesNotSpaced);
     let mut findings = Findings::new();
-    findings.equal("ok", &run.ok(), &Some(true)).equal(
+    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
         "children",
         &board.rows().children_of(&card).len(),
         &2,

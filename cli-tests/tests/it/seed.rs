@@ -27,8 +27,7 @@ fn huge_decompose_reply_is_bounded(board: Board) {
         .gap(GapKind::NotOneRequest);
     // A rejection leaves the root in triage with zero children; a cap leaves every child it
     // wrote linked under the root.
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .that(!kids.is_empty() || rows.status(&root) == "triage", || {
             "no children, yet the root left triage".to_owned()
         })
@@ -36,8 +35,7 @@ fn huge_decompose_reply_is_bounded(board: Board) {
             "task rows (root + linked children)",
             &board.task_count(),
             &(1 + kids.len()),
-        );
-    findings
+        )
         .verdict("the reply is applied whole or not at all")
         .context(|| board.diag(&root))
         .gap(GapKind::PartialGraph);

@@ -174,16 +174,14 @@ fn judge_stalled_call(board: &Board, card: &str, before: &Task, timeout: Duratio
             .into_iter()
             .map(|row| row.outcome)
             .collect();
-        let mut findings = Findings::new();
-        findings
+        Findings::new()
             .equal("attempts", &board.rows().attempts(card), &1)
             .equal(
                 "decompose_failed events",
                 &board.rows().events(card, "decompose_failed").len(),
                 &1,
             )
-            .equal("ledger outcomes", &outcomes, &vec!["timeout".to_owned()]);
-        findings
+            .equal("ledger outcomes", &outcomes, &vec!["timeout".to_owned()])
             .verdict(format!(
                 "{what} is one failed attempt, recorded as a timeout"
             ))

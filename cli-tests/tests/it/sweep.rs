@@ -50,8 +50,7 @@ fn sweep_leaves_human_holds_alone(board: Board) {
         .context(|| sweep.output.to_string())
         .provided(&swept)
         .gap(GapKind::HoldDecomposed);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("bills for the fresh card", &aux.billed_for(&fresh), &1)
         .equal("its children", &rows.children_of(&fresh).len(), &2)
         .that(
@@ -59,8 +58,7 @@ fn sweep_leaves_human_holds_alone(board: Board) {
                 .line_for(&fresh)
                 .is_some_and(|line| line["ok"] == true),
             || "no ok line for the fresh card".to_owned(),
-        );
-    findings
+        )
         .verdict("the sweep decomposes the fresh card beside the holds")
         .context(|| format!("{}\n{}", sweep.output, board.diag(&fresh)))
         .gap(GapKind::ReplyNotApplied);
@@ -90,7 +88,7 @@ fn explicit_decompose_of_a_hold_makes_one_request(#[case] hold: Hold, board: Boa
         .context(|| run.output.to_string())
         .gap(GapKind::NotOneRequest);
     let mut findings = Findings::new();
-    findings.equal("ok", &run.ok(), &Some(true)).equal(
+    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
         "children",
         &board.rows().children_of(&card).len(),
         &2,
@@ -135,8 +133,7 @@ fn sweep_sends_nothing_while_the_kill_switch_is_off(
     .context(|| sweep.output.to_string())
     .provided(&reachable)
     .gap(GapKind::KillSwitchIgnored);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "exit code of the switched-off sweep",
             &sweep.output.code,
@@ -146,8 +143,7 @@ fn sweep_sends_nothing_while_the_kill_switch_is_off(
         .that(
             sweep.output.stderr.contains("kanban.auto_decompose"),
             || "the sweep does not say the kill switch stopped it".to_owned(),
-        );
-    findings
+        )
         .verdict("a switched-off sweep refuses, naming kanban.auto_decompose")
         .context(|| sweep.output.to_string())
         .gap(GapKind::UnclearRefusal);

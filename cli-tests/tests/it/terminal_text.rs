@@ -30,7 +30,7 @@ fn a_cards_text_full_of_escape_sequences_reaches_no_terminal_raw(board: Board) {
 
     let mut findings = Findings::new();
     for output in &outputs {
-        no_raw_controls(&mut findings, output);
+        findings = no_raw_controls(findings, output);
     }
     findings
         .verdict("no control character of a card's text reaches stdout or stderr raw")
@@ -48,12 +48,10 @@ fn a_cards_text_full_of_escape_sequences_reaches_no_terminal_raw(board: Board) {
         .as_array()
         .and_then(|cards| cards.iter().find(|card| card["id"] == json!(id)))
         .map(|card| card["title"].clone());
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("show --json title", &shown["task"]["title"], &json!(title))
         .equal("show --json body", &shown["task"]["body"], &json!(body))
-        .equal("list --json title", &listed_title, &Some(json!(title)));
-    findings
+        .equal("list --json title", &listed_title, &Some(json!(title)))
         .verdict("--json carries a card's text exactly, escaped by JSON itself")
         .context(|| format!("{}\n{}", outputs[1], outputs[3]))
         .gap(GapKind::WrongJsonLine);

@@ -63,8 +63,7 @@ fn cards_that_cannot_be_decomposed_cost_nothing(#[case] refused: Refused, board:
         .gap(GapKind::BilledForNothing);
     let rows_after = BoardRows::capture(&board, &[&card, &bystander]);
     let message = format!("{}\n{}", plain.stdout, plain.stderr);
-    let mut findings = Findings::new();
-    findings
+    let mut findings = Findings::new()
         .that(rows_after == rows_before, || {
             "the refused decompose changed rows".to_owned()
         })
@@ -74,12 +73,12 @@ fn cards_that_cannot_be_decomposed_cost_nothing(#[case] refused: Refused, board:
         );
     for pattern in refused.message_patterns() {
         let regex = Regex::new(pattern).expect("valid pattern");
-        findings.that(regex.is_match(&message), || {
+        findings = findings.that(regex.is_match(&message), || {
             format!("the message does not say why ({pattern})")
         });
     }
     for line in &json.lines {
-        findings.that(line["ok"] == false, || {
+        findings = findings.that(line["ok"] == false, || {
             format!("a refusal is not ok: {line}")
         });
     }

@@ -152,13 +152,11 @@ fn rejected_fanout_writes_no_rows_and_is_not_rebilled_every_tick(
         .saturating_sub(tasks_before + window.probes().len());
     let decomposed = rows.events(&root, "decomposed").len();
     let status = rows.status(&root);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("child rows", &children, &0)
         .equal("new task rows", &new_rows, &0)
         .equal("decomposed events", &decomposed, &0)
-        .equal("root status", &status.as_str(), &"triage");
-    findings
+        .equal("root status", &status.as_str(), &"triage")
         .verdict("rejected fan-out wrote no rows")
         .context(|| board.diag(&root))
         .gap(applied_as);

@@ -199,10 +199,10 @@ fn a_fanout_at_the_child_cap_is_applied_and_one_child_more_is_rejected(
         .gap(GapKind::ReplyNotApplied);
     let over = rows.children_of(&over_cap).len();
     let status = rows.status(&over_cap);
-    let mut findings = Findings::new();
-    findings
-        .equal("children", &over, &0)
-        .equal("status", &status.as_str(), &"triage");
+    let findings =
+        Findings::new()
+            .equal("children", &over, &0)
+            .equal("status", &status.as_str(), &"triage");
     findings
         .verdict("a fan-out one child over the cap wrote no rows")
         .over(&window)

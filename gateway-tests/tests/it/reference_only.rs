@@ -152,8 +152,7 @@ fn every_paid_call_of_a_parked_card_is_in_the_ledger(
         .map(|event| event.payload["attempt"].clone())
         .collect();
     let parked = rows.events(&poison, "decompose_parked");
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "ledger rows (purpose, origin, attempt, status, failed)",
             &ledger,
@@ -175,8 +174,7 @@ fn every_paid_call_of_a_parked_card_is_in_the_ledger(
             "parked card status",
             &rows.status(&poison).as_str(),
             &"triage",
-        );
-    findings
+        )
         .verdict("every paid call is in the ledger and the events")
         .context(|| board.diag(&poison))
         .gap(GapKind::CallNotVisible);
@@ -187,8 +185,7 @@ fn every_paid_call_of_a_parked_card_is_in_the_ledger(
         .and_then(|cards| cards.iter().find(|card| card["task_id"] == poison.as_str()))
         .cloned()
         .unwrap_or(Value::Null);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "total calls",
             &usage["totals"]["calls"],
@@ -204,8 +201,7 @@ fn every_paid_call_of_a_parked_card_is_in_the_ledger(
             &card["failed"],
             &Value::from(MAX_FAILED_ATTEMPTS),
         )
-        .equal("the card parked", &card["parked"], &Value::Bool(true));
-    findings
+        .equal("the card parked", &card["parked"], &Value::Bool(true))
         .verdict("`kanban usage` counts what the provider saw")
         .context(|| usage.to_string())
         .gap(GapKind::CallNotVisible);
@@ -473,8 +469,7 @@ fn a_call_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
         .rows()
         .decompose_state(&card)
         .is_some_and(|state| state.parked);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "ledger outcomes after the SIGKILL",
             &after_kill,
@@ -510,8 +505,7 @@ fn a_call_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
             "usage: calls in the last hour",
             &usage["window"]["calls_last_hour"],
             &Value::from(all_bills),
-        );
-    findings
+        )
         .verdict("a call a SIGKILL left in flight is closed as unknown and still counted")
         .over(&window)
         .context(|| format!("{usage}\n{}", board.diag(&card)))
@@ -637,16 +631,14 @@ fn a_reply_slower_than_a_tick_is_one_ok_call_and_no_failure(
         .into_iter()
         .map(|row| row.outcome)
         .collect();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("ledger outcomes", &outcomes, &vec!["ok".to_owned()])
         .equal(
             "decompose_failed events",
             &rows.events(&slow, "decompose_failed").len(),
             &0,
         )
-        .equal("children", &rows.children_of(&slow).len(), &2);
-    findings
+        .equal("children", &rows.children_of(&slow).len(), &2)
         .verdict("the slow call is one ok ledger row, and no failure is recorded")
         .over(&window)
         .context(|| board.diag(&slow))
@@ -767,8 +759,7 @@ fn usage_shows_a_call_in_flight_and_after_the_crash_that_left_it(
     let after_restart = usage_outcomes(&board, &card);
     let seen = run.stop();
 
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "while the call is in flight",
             &in_flight.0,
@@ -783,8 +774,7 @@ fn usage_shows_a_call_in_flight_and_after_the_crash_that_left_it(
             "after the restarted gateway ticked",
             &after_restart.0,
             &vec!["unknown".to_owned()],
-        );
-    findings
+        )
         .verdict("usage --calls shows the call in flight, and after the crash that left it")
         .over(&seen)
         .context(|| format!("{}\n{}\n{}", in_flight.1, after_crash.1, after_restart.1))

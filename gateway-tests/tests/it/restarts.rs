@@ -159,8 +159,7 @@ fn sigkill_while_a_graph_is_written_leaves_all_children_or_none() {
         .over(&window)
         .context(|| board.diag(&root))
         .gap(GapKind::RebilledAfterDecompose);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "children after the restart",
             &rows.children_of(&root).len(),
@@ -170,8 +169,7 @@ fn sigkill_while_a_graph_is_written_leaves_all_children_or_none() {
             "task rows (root + children + tick probes)",
             &board.task_count(),
             &(1 + graph + window.probes().len()),
-        );
-    findings
+        )
         .verdict("the graph is whole after the restart")
         .context(|| board.diag(&root))
         .gap(GapKind::PartialGraph);

@@ -90,8 +90,7 @@ fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway(
         .iter()
         .map(Event::child_ids)
         .collect();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("children", &kids.len(), &SEED_CHILDREN)
         .that(status != "triage" && status != "archived", || {
             format!("the root must leave triage and stay live, got {status:?}")
@@ -109,8 +108,7 @@ fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway(
             "`decomposed` events' child_ids",
             &child_ids,
             &vec![(0..SEED_CHILDREN).map(id_of).collect::<Vec<_>>()],
-        );
-    findings
+        )
         .verdict("valid graph applied as replied")
         .context(|| board.diag(&root))
         .gap(GapKind::ReplyNotApplied);

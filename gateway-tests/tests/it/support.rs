@@ -70,8 +70,7 @@ pub fn rebill_note(board: &Board, card: &str, settings: &[Setting]) -> String {
 /// triage.
 pub fn no_graph_findings(board: &Board, card: &str) -> Findings {
     let rows = board.rows();
-    let mut findings = Findings::new();
-    findings
+    let findings = Findings::new()
         .equal("children", &rows.children_of(card), &Vec::new())
         .equal(
             "decomposed events",

@@ -97,7 +97,7 @@ fn reply_body_at_the_cap_is_read_and_one_byte_more_is_refused(
         .gap(GapKind::NotOneRequest);
     if size <= CAP_BYTES {
         let mut findings = Findings::new();
-        findings.equal("ok", &run.ok(), &Some(true)).equal(
+        findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
             "children",
             &board.rows().children_of(&root).len(),
             &2,

@@ -70,8 +70,7 @@ fn sweeps_bill_a_failing_card_exactly_its_attempt_budget(#[case] budget: u32) {
         .note(|| board.setting(Setting::MaxAttempts))
         .context(|| transcript(&sweeps))
         .gap(GapKind::RebilledEveryTick);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "parked, as shown once the budget is spent",
             &parked_when_spent,
@@ -88,8 +87,7 @@ fn sweeps_bill_a_failing_card_exactly_its_attempt_budget(#[case] budget: u32) {
             &sweeps.last().map_or(0, |sweep| sweep.lines.len()),
             &0,
         )
-        .equal("status", &board.rows().status(&doomed).as_str(), &"triage");
-    findings
+        .equal("status", &board.rows().status(&doomed).as_str(), &"triage")
         .verdict("the spent budget parks the card")
         .context(|| format!("{}\n{}", transcript(&sweeps), board.diag(&doomed)))
         .gap(GapKind::RebilledEveryTick);
@@ -117,15 +115,14 @@ fn no_sweep_pays_with_an_hourly_ceiling_of_zero(
         .note(|| board.setting(Setting::CallsPerHour))
         .context(|| sweep.output.to_string())
         .gap(GapKind::HourlyCeilingExceeded);
-    let mut findings = Findings::new();
-    findings
+    let mut findings = Findings::new()
         .equal("lines of the sweep", &sweep.lines.len(), &0)
         .that(
             sweep.output.stderr.contains("decompose_calls_per_hour"),
             || "the sweep does not say the hourly ceiling stopped it".to_owned(),
         );
     for card in &cards {
-        findings.equal(
+        findings = findings.equal(
             &format!("attempts counted on {card}"),
             &board.rows().attempts(card),
             &0,
@@ -156,8 +153,7 @@ fn a_retry_the_hourly_ceiling_stops_leaves_a_counted_failed_attempt(
     // The first try was paid: the attempt it belongs to is spent, though the ceiling kept its
     // retries from leaving.
     let rows = board.rows();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("attempts counted", &rows.attempts(&card), &1)
         .equal(
             "decompose_failed events",
@@ -168,8 +164,7 @@ fn a_retry_the_hourly_ceiling_stops_leaves_a_counted_failed_attempt(
             "the sweep's line says ok",
             &sweep.line_for(&card).map(|line| line["ok"].clone()),
             &Some(json!(false)),
-        );
-    findings
+        )
         .verdict("the paid try's attempt is recorded as failed")
         .context(|| format!("{}\n{}", sweep.output, board.diag(&card)))
         .gap(GapKind::BudgetNotPersisted);

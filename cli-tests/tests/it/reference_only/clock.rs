@@ -50,8 +50,7 @@ fn resume_redates_rows_dated_ahead_and_says_so(
     )
     .context(|| sweep_ahead.to_string())
     .gap(GapKind::ProviderFaultNotPaused);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("exit code of `kanban resume`", &resume.code, &Some(0))
         .that(
             resume.stderr.contains("re-dated")
@@ -63,8 +62,7 @@ fn resume_redates_rows_dated_ahead_and_says_so(
             "resumed",
             &resume.json()["resumed"],
             &serde_json::json!(true),
-        );
-    findings
+        )
         .verdict("`kanban resume` re-dates rows dated ahead and lifts the pause")
         .context(|| resume.to_string())
         .gap(GapKind::RecoveryFailed);

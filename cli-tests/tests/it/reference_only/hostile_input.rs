@@ -67,8 +67,8 @@ fn provider_and_card_text_full_of_controls_reaches_no_terminal_raw(board: Board)
         .gap(GapKind::NotOneRequest);
     let mut findings = Findings::new();
     for output in &outputs {
-        no_raw_controls(&mut findings, output);
-        findings.that(output.code.is_some(), || {
+        findings = no_raw_controls(findings, output);
+        findings = findings.that(output.code.is_some(), || {
             format!("{} crashed", output.command)
         });
     }
@@ -89,8 +89,7 @@ fn provider_and_card_text_full_of_controls_reaches_no_terminal_raw(board: Board)
         .decompose_state(&card)
         .and_then(|state| state.columns.get("last_error").cloned())
         .unwrap_or(Value::Null);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("show --json title", &shown["task"]["title"], &json!(title))
         .equal(
             "show --json last error, as stored",
@@ -100,8 +99,7 @@ fn provider_and_card_text_full_of_controls_reaches_no_terminal_raw(board: Board)
         .that(
             stored_error.as_str().is_some_and(|e| e.contains(HOSTILE)),
             || format!("the board keeps the provider's text as it came: {stored_error}"),
-        );
-    findings
+        )
         .verdict("JSON output carries the text exactly, escaped by JSON itself")
         .context(|| outputs[1].to_string())
         .gap(GapKind::WrongJsonLine);
@@ -160,12 +158,12 @@ fn token_counts_of_2_64_minus_1_twice_saturate_in_every_reader(board: Board) {
     .gap(GapKind::ReplyNotApplied);
     let mut findings = Findings::new();
     for reader in &readers {
-        findings.that(reader.success(), || {
+        findings = findings.that(reader.success(), || {
             format!("`{}` exited {}", reader.command, reader.code_text())
         });
     }
     let usage: Value = serde_json::from_str(&readers[1].stdout).unwrap_or(Value::Null);
-    findings
+    findings = findings
         .equal(
             "total prompt tokens",
             &usage["totals"]["prompt_tokens"],
@@ -185,7 +183,7 @@ fn token_counts_of_2_64_minus_1_twice_saturate_in_every_reader(board: Board) {
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
         .collect();
-    findings.equal(
+    findings = findings.equal(
         "prompt tokens of each call",
         &calls
             .iter()
@@ -232,7 +230,7 @@ fn readers_survive_extreme_values_another_tool_wrote(board: Board) {
 
     let mut findings = Findings::new();
     for reader in &readers {
-        findings.that(reader.success(), || {
+        findings = findings.that(reader.success(), || {
             format!("`{}` exited {}", reader.command, reader.code_text())
         });
         if reader.command.contains("--json") {
@@ -242,13 +240,13 @@ fn readers_survive_extreme_values_another_tool_wrote(board: Board) {
                 .filter(|l| !l.trim().is_empty())
                 .all(|l| serde_json::from_str::<Value>(l).is_ok())
                 || serde_json::from_str::<Value>(&reader.stdout).is_ok();
-            findings.that(parsed, || {
+            findings = findings.that(parsed, || {
                 format!("`{}` printed no valid JSON", reader.command)
             });
         }
     }
     let usage: Value = serde_json::from_str(&readers[1].stdout).unwrap_or(Value::Null);
-    findings
+    findings = findings
         .equal(
             "total prompt tokens (negatives and text as none, the rest saturated)",
             &usage["totals"]["prompt_tokens"],
@@ -318,8 +316,7 @@ fn unpark_of_a_card_in_flight_is_refused_until_its_attempt_ends(
     .context(transcript)
     .provided(&in_flight)
     .gap(GapKind::UnclearRefusal);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "decompose_unparked events the refused unpark wrote",
             &unparked_by_refusal,
@@ -333,8 +330,7 @@ fn unpark_of_a_card_in_flight_is_refused_until_its_attempt_ends(
         .that(
             later.success() && later.stdout.contains("\"unparked\": true"),
             || "once the attempt ended, unpark succeeds".to_owned(),
-        );
-    findings
+        )
         .verdict("the attempt's end is recorded as it was, and unpark works after it")
         .context(|| format!("{}\n{}", transcript(), board.diag(&card)))
         .provided(&in_flight)
@@ -476,8 +472,7 @@ fn a_bad_dotenv_line_is_skipped_with_its_number_and_the_key_below_it_is_used(boa
     .context(|| run.output.to_string())
     .gap(GapKind::DecomposerSettingIgnored);
     let stderr = &run.output.stderr;
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .that(
             stderr.contains("warning:") && stderr.contains(".env: line 2: not valid UTF-8"),
             || "no warning names line 2 (invalid UTF-8)".to_owned(),
@@ -488,8 +483,7 @@ fn a_bad_dotenv_line_is_skipped_with_its_number_and_the_key_below_it_is_used(boa
         .that(!stderr.contains("line 4"), || {
             "the good line 4 was warned about".to_owned()
         })
-        .equal("decomposed", &run.ok(), &Some(true));
-    findings
+        .equal("decomposed", &run.ok(), &Some(true))
         .verdict("each bad .env line is skipped with a warning naming it; the rest is read")
         .context(|| run.output.to_string())
         .gap(GapKind::SilentMisconfiguration);
@@ -554,8 +548,7 @@ fn a_900_kb_provider_error_is_stored_once_and_capped(board: Board) {
         .unwrap_or_default();
     let growth = board_bytes(&board).saturating_sub(bytes_before);
 
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .that(detail.len() <= STORED_CAP, || {
             format!("the ledger detail holds {} bytes", detail.len())
         })
@@ -583,8 +576,7 @@ fn a_900_kb_provider_error_is_stored_once_and_capped(board: Board) {
                 .as_str()
                 .is_some_and(|r| r.len() <= SUMMARY_CAP),
             || format!("the --json line's reason: {:.200}", run.line()["reason"]),
-        );
-    findings
+        )
         .verdict("a provider's 900 KB error is kept once, capped at 4 KB with its size noted")
         .context(|| format!("{:.2000}", run.output.to_string()))
         .gap(GapKind::StoredTextUnbounded);
@@ -621,8 +613,7 @@ fn auto_decompose_off_and_on_keeps_the_cards_backoff_and_budget(
     .context(|| format!("{}\n{}", transcript(), board.diag(&card)))
     .gap(GapKind::BackoffIgnored);
     let on_line: Value = serde_json::from_str(&on.stdout).unwrap_or(Value::Null);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("attempts after off and on", &shown["attempts"], &json!(1))
         .equal(
             "next attempt after off and on",
@@ -639,8 +630,7 @@ fn auto_decompose_off_and_on_keeps_the_cards_backoff_and_budget(
                 due * 1000.0 > unix_ms_now() as f64 + (LONG_BACKOFF_SECS - 60.0) * 1000.0
             }),
             || format!("the card was in its backoff: due at {due_before}"),
-        );
-    findings
+        )
         .verdict("switching auto-decompose off and on keeps the backoff and the attempt count")
         .context(|| format!("{}\n{}", transcript(), board.diag(&card)))
         .gap(GapKind::BackoffIgnored);
@@ -697,16 +687,14 @@ fn a_decompose_by_hand_keeps_to_the_board_guards_unless_forced(#[case] guard: Bo
         BoardGuard::Pause => GapKind::ProviderFaultNotPaused,
         BoardGuard::Ceiling => GapKind::HourlyCeilingExceeded,
     });
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("exit code under the guard", &held.output.code, &Some(1))
         .equal("attempts counted under the guard", &attempts_held, &0)
         .equal("ok under the guard", &held.ok(), &Some(false))
         .that(
             held.output.stderr.contains(words) && held.output.stderr.contains("--force"),
             || "the refusal names neither the guard nor --force".to_owned(),
-        );
-    findings
+        )
         .verdict("a refused decompose by hand says which guard and how to go past it")
         .context(transcript)
         .gap(GapKind::UnclearRefusal);
@@ -715,8 +703,7 @@ fn a_decompose_by_hand_keeps_to_the_board_guards_unless_forced(#[case] guard: Bo
         .context(transcript)
         .gap(GapKind::NotOneRequest);
     let overrode = forced.line()["overrode"].clone();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("forced decompose ok", &forced.ok(), &Some(true))
         .equal(
             "guards the --json line says it went past",
@@ -732,8 +719,7 @@ fn a_decompose_by_hand_keeps_to_the_board_guards_unless_forced(#[case] guard: Bo
             forced.output.stderr.contains("--force: went past")
                 && forced.output.stderr.contains(words),
             || "stderr does not say which guard --force went past".to_owned(),
-        );
-    findings
+        )
         .verdict("a forced decompose says which guard it went past, on stderr and in --json")
         .context(transcript)
         .gap(GapKind::UnclearRefusal);

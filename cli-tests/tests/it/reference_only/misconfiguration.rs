@@ -89,8 +89,7 @@ fn a_misspelt_key_gets_one_warning_naming_the_key_meant_on_each_verb(
     .note(|| named.join(" | "))
     .context(transcript)
     .gap(GapKind::SilentMisconfiguration);
-    let mut findings = Findings::new();
-    findings
+    let mut findings = Findings::new()
         .equal("requests", &aux.billed_for(&card), &1)
         .equal(
             "children of the decomposed card",
@@ -102,11 +101,11 @@ fn a_misspelt_key_gets_one_warning_naming_the_key_meant_on_each_verb(
         .equal("exit code of the refused unpark", &runs[3].code, &Some(1));
     // With --json stdout stays JSON: the warning goes to stderr.
     for run in &runs[..2] {
-        findings.that(!json_lines(run).is_empty(), || {
+        findings = findings.that(!json_lines(run).is_empty(), || {
             format!("`{}` printed no JSON", run.command)
         });
     }
-    findings.that(
+    findings = findings.that(
         serde_json::from_str::<serde_json::Value>(&runs[2].stdout).is_ok(),
         || format!("`{}` printed no JSON", runs[2].command),
     );

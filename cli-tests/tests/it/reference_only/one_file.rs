@@ -13,7 +13,7 @@ fn a_copy_of_kanban_db_alone_after_cli_verbs_holds_every_paid_call(board: Board)
     copy.restore_board_file_from(&board);
     let mut findings = Findings::new();
     for card in [&verbs.decomposed, &verbs.failed] {
-        findings
+        findings = findings
             .equal(
                 &format!("ledger rows of {card} in the copy"),
                 &copy.rows().ledger(card),
@@ -25,7 +25,7 @@ fn a_copy_of_kanban_db_alone_after_cli_verbs_holds_every_paid_call(board: Board)
                 &board.rows().decompose_state(card),
             );
     }
-    findings.equal("paid calls", &copy.rows().ledger(&verbs.failed).len(), &1);
+    findings = findings.equal("paid calls", &copy.rows().ledger(&verbs.failed).len(), &1);
     findings
         .verdict("a copy of kanban.db alone after CLI verbs holds every paid call")
         .gap(GapKind::CallNotVisible);

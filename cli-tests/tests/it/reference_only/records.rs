@@ -63,8 +63,7 @@ fn a_retried_attempt_keeps_a_ledger_row_per_try(#[with(Config::plain().retries(2
     let run = decompose_card(&board, &card);
 
     let ledger = board.rows().ledger(&card);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "ledger outcomes",
             &outcomes(&board, &card),
@@ -94,15 +93,13 @@ fn a_retried_attempt_keeps_a_ledger_row_per_try(#[with(Config::plain().retries(2
             "every try's row is closed no earlier than it was opened".to_owned()
         })
         .equal("attempts counted", &board.rows().attempts(&card), &1)
-        .equal("ok", &run.ok(), &Some(true));
-    findings
+        .equal("ok", &run.ok(), &Some(true))
         .verdict("one attempt, a ledger row per try")
         .context(|| format!("{}\n{}", run.output, board.diag(&card)))
         .gap(GapKind::CallNotVisible);
     let usage = board.cli_json(["kanban", "usage", "--json"]);
     let entry = usage_of(&usage, &card);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("totals.calls", &usage["totals"]["calls"], &json!(3))
         .equal("totals.failed", &usage["totals"]["failed"], &json!(2))
         .equal("totals.ok", &usage["totals"]["ok"], &json!(1))
@@ -121,8 +118,7 @@ fn a_retried_attempt_keeps_a_ledger_row_per_try(#[with(Config::plain().retries(2
                     entry["last_call_at"]
                 )
             },
-        );
-    findings
+        )
         .verdict("usage counts every try")
         .context(|| usage.to_string())
         .gap(GapKind::CallNotVisible);
@@ -140,8 +136,7 @@ fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
     let transcript = || format!("{}\n{}", sweep.output, explicit.output);
     let shown =
         board.cli_json(["kanban", "show", card.as_str(), "--json"])["task"]["decompose"].clone();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("attempts counted", &board.rows().attempts(&card), &0)
         .equal("parked, as shown", &shown["parked"], &json!(false))
         .equal(
@@ -153,16 +148,14 @@ fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
             "ledger outcomes",
             &outcomes(&board, &card),
             &vec!["unreachable".to_owned(), "unreachable".to_owned()],
-        );
-    findings
+        )
         .verdict("an unreachable provider spends no card's budget")
         .context(|| format!("{}\n{}", transcript(), board.diag(&card)))
         .gap(GapKind::RebilledEveryTick);
     let usage = board.cli_json(["kanban", "usage", "--json"]);
     let entry = usage_of(&usage, &card);
     let until = usage["unreachable"]["until"].as_f64().unwrap_or(0.0);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("totals.calls", &usage["totals"]["calls"], &json!(0))
         .equal(
             "totals.unreachable",
@@ -198,8 +191,7 @@ fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
                 .as_str()
                 .is_some_and(|reason| reason.contains("unreachable")),
             || format!("the pause does not say why: {}", usage["unreachable"]),
-        );
-    findings
+        )
         .verdict("usage shows the unreachable requests and the pause")
         .context(|| usage.to_string())
         .gap(GapKind::CallNotVisible);
@@ -223,8 +215,7 @@ fn a_sweep_closes_requests_left_in_flight_as_unknown(board: Board) {
 
     let sweep = decompose_all(&board);
 
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "ledger outcomes",
             &outcomes(&board, &card),
@@ -237,15 +228,13 @@ fn a_sweep_closes_requests_left_in_flight_as_unknown(board: Board) {
                 .contains("closed 1 ledger row(s) left in flight"),
             || "the sweep does not say it closed the row".to_owned(),
         )
-        .equal("requests of the sweep", &aux.billed_for(&card), &1);
-    findings
+        .equal("requests of the sweep", &aux.billed_for(&card), &1)
         .verdict("the sweep closes the row left in flight as unknown")
         .context(|| format!("{}\n{}", sweep.output, board.diag(&card)))
         .gap(GapKind::CallNotVisible);
     let usage = board.cli_json(["kanban", "usage", "--json"]);
     let entry = usage_of(&usage, &card);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "totals.calls (maybe billed included)",
             &usage["totals"]["calls"],
@@ -261,8 +250,7 @@ fn a_sweep_closes_requests_left_in_flight_as_unknown(board: Board) {
             "the card's calls and unknown requests",
             &[&entry["calls"], &entry["unknown"]],
             &[&json!(2), &json!(1)],
-        );
-    findings
+        )
         .verdict("usage shows the unknown request")
         .context(|| usage.to_string())
         .gap(GapKind::CallNotVisible);
@@ -302,8 +290,7 @@ fn a_sweep_closing_a_dead_process_request_leaves_a_live_processes_card_alone(
     .context(|| format!("{}\n{}", transcript(), board.diag(&live)))
     .provided(&in_flight)
     .gap(GapKind::InFlightRebilled);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("the live decompose's ok", &first.ok(), &Some(true))
         .equal(
             "ledger outcomes of the dead process's card",
@@ -314,8 +301,7 @@ fn a_sweep_closing_a_dead_process_request_leaves_a_live_processes_card_alone(
             "children of the live card",
             &board.rows().children_of(&live).len(),
             &2,
-        );
-    findings
+        )
         .verdict("the sweep closes the dead request and the live decompose is applied")
         .context(transcript)
         .provided(&in_flight)

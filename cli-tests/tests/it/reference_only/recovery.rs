@@ -185,8 +185,7 @@ fn unpark_gives_a_parked_card_a_fresh_budget_and_a_sweep_decomposes_it_with_one_
     .context(|| unpark.to_string())
     .gap(GapKind::WrongJsonLine);
     let due = line["next_attempt_at"].as_f64().unwrap_or(f64::NAN);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("parked before", &parked["parked"], &json!(true))
         .equal("task_id", &line["task_id"], &json!(card))
         .equal("unparked", &line["unparked"], &json!(true))
@@ -202,8 +201,7 @@ fn unpark_gives_a_parked_card_a_fresh_budget_and_a_sweep_decomposes_it_with_one_
                 event.payload["attempts"] == json!(2) && event.payload["by"] == json!(OPERATOR)
             }),
             || format!("the event names the spent budget and who: {unparked_events:?}"),
-        );
-    findings
+        )
         .verdict("unpark resets the budget and makes the card due now, with an event")
         .context(|| format!("{unpark}\n{}", board.diag(&card)))
         .gap(GapKind::RecoveryFailed);
@@ -292,7 +290,7 @@ fn unpark_refuses_with_exit_1_and_writes_nothing(
     judge_exit_code("`kanban unpark` without an id", &usage_error, 2);
     let mut findings = Findings::new();
     for run in &runs {
-        findings
+        findings = findings
             .that(run.stdout.trim().is_empty(), || {
                 format!("stdout of `{}` is not empty: {:?}", run.command, run.stdout)
             })
@@ -300,7 +298,7 @@ fn unpark_refuses_with_exit_1_and_writes_nothing(
                 format!("stderr of `{}` does not say {reason:?}", run.command)
             });
     }
-    findings
+    findings = findings
         .equal(
             "the board after the refusals",
             &board_state(&board),
@@ -364,8 +362,7 @@ fn resume_lifts_a_provider_pause_so_a_sweep_bills_again_and_usage_shows_it(
     )
     .context(|| format!("{idle}\n{resume}"))
     .gap(GapKind::WrongJsonLine);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "resumed with no pause",
             &idle_line["resumed"],
@@ -392,8 +389,7 @@ fn resume_lifts_a_provider_pause_so_a_sweep_bills_again_and_usage_shows_it(
         .that(
             usage_text.contains(&format!("last resumed by {OPERATOR}")),
             || format!("`kanban usage` does not show the resume:\n{usage_text}"),
-        );
-    findings
+        )
         .verdict("resume lifts the pause and usage shows who did it")
         .context(|| format!("{resume}\n{usage}"))
         .gap(GapKind::CallNotVisible);
@@ -509,8 +505,7 @@ fn usage_calls_lists_each_paid_call_once_and_filters_by_card(
         .lines()
         .filter(|l| !l.trim().is_empty())
         .collect();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "calls (card, origin, outcome, status, attempt, try)",
             &listed,
@@ -533,8 +528,7 @@ fn usage_calls_lists_each_paid_call_once_and_filters_by_card(
                     all_text.stdout
                 )
             },
-        );
-    findings
+        )
         .verdict("`kanban usage --calls` shows each paid call once, oldest first")
         .context(|| format!("{all}\n{all_text}"))
         .gap(GapKind::CallNotVisible);
@@ -542,8 +536,7 @@ fn usage_calls_lists_each_paid_call_once_and_filters_by_card(
         .iter()
         .map(|call| call["task_id"].clone())
         .collect();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("cards of `--card ID --json`", &only, &vec![json!(good)])
         .equal(
             "lines of `--card ID`",
@@ -562,8 +555,7 @@ fn usage_calls_lists_each_paid_call_once_and_filters_by_card(
         .that(
             unknown.stdout.trim().is_empty() && unknown.stderr.contains("no such task"),
             || format!("an unknown card is refused on stderr:\n{unknown}"),
-        );
-    findings
+        )
         .verdict("`--card` lists that card's calls and nothing else")
         .context(|| format!("{one}\n{one_text}\n{none}\n{unknown}"))
         .gap(GapKind::CallNotVisible);
@@ -649,7 +641,7 @@ fn usage_since_counts_a_call_at_its_moment_and_none_a_millisecond_before(board: 
         .copied()
         .filter(|at| *at > SINCE_MS + 1)
         .collect();
-    findings
+    findings = findings
         .equal(
             "calls since 12:00:00.250Z, of those arranged around it",
             &started[0]
@@ -692,7 +684,7 @@ fn usage_since_counts_a_call_at_its_moment_and_none_a_millisecond_before(board: 
         .gap(GapKind::CallNotVisible);
     let mut findings = Findings::new();
     for run in &bad {
-        findings.that(run.code == Some(2) && run.stdout.trim().is_empty(), || {
+        findings = findings.that(run.code == Some(2) && run.stdout.trim().is_empty(), || {
             format!("`{}` exited {}", run.command, run.code_text())
         });
     }
@@ -792,8 +784,7 @@ fn auto_decompose_off_keeps_sweeps_away_and_on_brings_them_back(board: Board) {
         .filter(|event| event.kind.starts_with("auto_decompose_"))
         .map(|event| (event.kind, event.payload["by"].clone()))
         .collect();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "(auto_decompose, changed) of off, off again, on",
             &lines
@@ -821,8 +812,7 @@ fn auto_decompose_off_keeps_sweeps_away_and_on_brings_them_back(board: Board) {
                 ("auto_decompose_disabled".to_owned(), json!(OPERATOR)),
                 ("auto_decompose_enabled".to_owned(), json!(OPERATOR)),
             ],
-        );
-    findings
+        )
         .verdict("each switch is recorded once and says what it did")
         .context(|| board.diag(&card))
         .gap(GapKind::CallNotVisible);
@@ -879,8 +869,7 @@ fn an_operators_verb_on_one_card_leaves_every_other_card_as_it_was(
         .map(|card| shown_decompose_state(&board, card))
         .to_vec();
     let bills_after = [&twin, &switched_twin].map(|card| aux.billed_for(card));
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "the twins' budgets and switches",
             &states_after,
@@ -892,8 +881,7 @@ fn an_operators_verb_on_one_card_leaves_every_other_card_as_it_was(
                 "the unparked card was not billed again ({} bills)",
                 aux.billed_for(&named)
             )
-        });
-    findings
+        })
         .verdict("unpark and auto-decompose on touch only the card they name")
         .context(|| sweeps.join("\n"))
         .gap(GapKind::VerbOverreached);

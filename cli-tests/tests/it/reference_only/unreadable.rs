@@ -23,8 +23,7 @@ fn cards_whose_text_is_not_text_cost_nothing_and_say_why(board: Board) {
         } else {
             "not valid UTF-8"
         };
-        let mut findings = Findings::new();
-        findings
+        Findings::new()
             .equal("requests", &aux.billed_for(card), &0)
             .that(
                 sweep
@@ -48,8 +47,7 @@ fn cards_whose_text_is_not_text_cost_nothing_and_say_why(board: Board) {
                     .as_str()
                     .is_some_and(|text| text.contains('\u{fffd}')),
                 || format!("`show` renders the {column} with U+FFFD: {}", shown["task"]),
-            );
-        findings
+            )
             .verdict(format!(
                 "a card whose {column} is {} costs nothing and says why",
                 what.describe()

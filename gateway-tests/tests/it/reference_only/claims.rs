@@ -151,8 +151,7 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
                 .to_owned()
         })
         .collect();
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal("the sweep's exit code", &sweep.code, &Some(0))
         .that(
             abandoned.len() == 1
@@ -169,8 +168,7 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
         )
         .that(log.contains("was not applied"), || {
             "the gateway does not say the woken attempt's answer was not applied".to_owned()
-        });
-    findings
+        })
         .verdict("the takeover and the fenced answer are said as they happened")
         .context(transcript)
         .gap(GapKind::UnclearRefusal);

@@ -27,15 +27,13 @@ fn a_copy_of_kanban_db_alone_holds_every_paid_call_and_the_parked_budget(
     .context(|| restored.diag(&run.poison))
     .gap(GapKind::CallNotVisible);
     let state = rows.decompose_state(&run.poison);
-    let mut findings = Findings::new();
-    findings
+    Findings::new()
         .equal(
             "attempts counted",
             &state.as_ref().map(|s| s.attempts),
             &Some(MAX_FAILED_ATTEMPTS as i64),
         )
-        .equal("parked", &state.as_ref().map(|s| s.parked), &Some(true));
-    findings
+        .equal("parked", &state.as_ref().map(|s| s.parked), &Some(true))
         .verdict("the copy keeps the poison card's spent budget")
         .over(&run.window)
         .context(|| restored.diag(&run.poison))

@@ -33,8 +33,7 @@ fn cards_whose_text_is_not_text_are_set_aside_unpaid_with_one_warning_each(
             .context(|| log.clone())
             .gap(GapKind::UnreadableCardBlocks);
         let parked = rows.events(card, "decompose_parked");
-        let mut findings = Findings::new();
-        findings
+        Findings::new()
             .equal("requests", &aux.billed_for(card), &0)
             .equal("decompose_parked events", &parked.len(), &1)
             .that(
@@ -50,8 +49,7 @@ fn cards_whose_text_is_not_text_are_set_aside_unpaid_with_one_warning_each(
                 "parked",
                 &rows.decompose_state(card).map(|state| state.parked),
                 &Some(true),
-            );
-        findings
+            )
             .verdict(format!("{card} is set aside without a request"))
             .over(&window)
             .context(|| board.diag(card))
