@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{no_graph_findings, rebill_note, settle_budget, start_gateway};
+use crate::support::{no_graph_findings, rebill_note, spend_budget};
 use crate::{MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// Children in the green control's graph.
@@ -27,17 +27,16 @@ fn failing_triage_card_is_not_rebilled_every_tick(
     let doomed = board.create("an idea the decomposer can never split", &["--triage"]);
     aux.reply(&doomed, reply);
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.first_bill(&board, &gateway, &doomed);
-    settle_budget(&gateway, &mut window, &board, &doomed);
-    window.prove_ticks(&board, &gateway, PROBE_TICKS);
+    let mut run = board.scenario();
+    run.start().first_bill(&doomed);
+    spend_budget(&mut run, &doomed);
+    run.prove_ticks(PROBE_TICKS);
     let bills = aux.billed_for(&doomed);
-    drop(gateway);
+    let seen = run.stop();
 
     bound("bills for doomed card", bills)
         .at_most(MAX_FAILED_ATTEMPTS)
-        .over(&window)
+        .over(&seen)
         .note(|| rebill_note(&board, &doomed, &[Setting::Backoff]))
         .context(|| board.diag(&doomed))
         .gap(GapKind::RebilledEveryTick);
@@ -53,23 +52,20 @@ fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway(
     let root = board.create("ship the feature", &["--triage"]);
     aux.reply(&root, Reply::graph(SEED_CHILDREN, &[(2, &[0])]));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .left_triage(
-            &board,
-            &gateway,
             std::slice::from_ref(&root),
             board.target().first_bill_timeout(),
             "the root to be auto-decomposed",
         )
-        .prove_ticks(&board, &gateway, CONTROL_PROBES);
+        .prove_ticks(CONTROL_PROBES);
     let bills = aux.billed_for(&root);
-    drop(gateway);
+    let seen = run.stop();
 
     bound("bills for valid root", bills)
         .exactly(1)
-        .over(&window)
+        .over(&seen)
         .context(|| board.diag(&root))
         .gap(GapKind::RebilledAfterDecompose);
 
@@ -98,7 +94,7 @@ fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway(
         .equal(
             "task rows (root + children + tick probes)",
             &board.task_count(),
-            &(1 + SEED_CHILDREN + window.probes().len()),
+            &(1 + SEED_CHILDREN + seen.window.probes().len()),
         )
         .equal("child titles", &titles, &expected_titles.iter().collect())
         .that(rows.has_link(&id_of(0), &id_of(2)), || {

@@ -48,12 +48,21 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`SETTLE_TIMEOUT`]), so that the ticks proven afterwards cover the moment a broken budget
 /// would bill once more. A target that backs off longer gets a window that says so.
 pub fn settle_budget(gateway: &Gateway, window: &mut Window, board: &Board, card: &str) {
-    window.settle(
-        gateway,
-        SETTLE_TIMEOUT,
-        &format!("{MAX_FAILED_ATTEMPTS} bills for {card}"),
-        || board.aux().billed_for(card) >= MAX_FAILED_ATTEMPTS,
-    );
+    window.settle(gateway, SETTLE_TIMEOUT, &budget_spent(card), || {
+        board.aux().billed_for(card) >= MAX_FAILED_ATTEMPTS
+    });
+}
+
+/// [`settle_budget`] for a scenario.
+pub fn spend_budget(run: &mut Scenario<'_>, card: &str) {
+    let board = run.board();
+    run.settle(SETTLE_TIMEOUT, &budget_spent(card), || {
+        board.aux().billed_for(card) >= MAX_FAILED_ATTEMPTS
+    });
+}
+
+fn budget_spent(card: &str) -> String {
+    format!("{MAX_FAILED_ATTEMPTS} bills for {card}")
 }
 
 /// The note of a rebill verdict: the card's status and `settings` in the target's terms.
