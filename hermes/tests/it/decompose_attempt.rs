@@ -18,7 +18,9 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::support::{block_on, spawn, wait_until};
+use fixtures::wait::wait_until;
+
+use crate::support::{block_on, spawn};
 
 const PROMPT_TOKENS: u64 = 120;
 const COMPLETION_TOKENS: u64 = 34;
@@ -27,10 +29,9 @@ const COMPLETION_TOKENS: u64 = 34;
 const ARRIVAL: Duration = Duration::from_secs(10);
 
 /// Waits until `reached` says the request reached the provider; panics after [`ARRIVAL`].
-fn arrived(what: &str, mut reached: impl FnMut() -> bool) {
-    if wait_until(ARRIVAL, || reached().then_some(())).is_none() {
-        panic!("timed out after {ARRIVAL:?} waiting for {what}");
-    }
+#[track_caller]
+fn arrived(what: &str, reached: impl FnMut() -> bool) {
+    wait_until(reached, ARRIVAL, what);
 }
 
 fn chat_reply(content: &str) -> Reply {

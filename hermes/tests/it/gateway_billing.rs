@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{wait_until, Gateway, Scratch};
+use fixtures::gateway::Gateway;
+use fixtures::wait::wait_until_or;
+
+use crate::support::Scratch;
 
 const TICK: &str = "kanban:\n  dispatch_interval_seconds: 0.1\n";
 
@@ -15,16 +18,17 @@ fn config(base_url: &str, model: &str, extra: &str) -> String {
     format!("model:\n  base_url: {base_url}\n  default: {model}\n{extra}{TICK}")
 }
 
-fn events(log: &[String]) -> Vec<Value> {
-    log.iter()
+fn events(log: &str) -> Vec<Value> {
+    log.lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
         .collect()
 }
 
 /// The start event of a gateway run with `--json` and `env`, and every line it logged.
-fn start_event(s: &Scratch, env: &[(&str, &str)]) -> (Value, Vec<String>) {
+fn start_event(s: &Scratch, env: &[(&str, &str)]) -> (Value, String) {
     let gateway = s.gateway(&["--json"], env);
-    let (code, log) = gateway.stop();
+    let code = gateway.stop().exit_code;
+    let log = gateway.log();
     assert_eq!(code, Some(0), "{log:#?}");
     let started = events(&log)
         .into_iter()
@@ -41,8 +45,8 @@ fn start_event(s: &Scratch, env: &[(&str, &str)]) -> (Value, Vec<String>) {
 /// top of the scratch one, and where the key must be said to come from.
 type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], String);
 
-fn no_key_warnings(log: &[String]) -> Vec<&String> {
-    log.iter()
+fn no_key_warnings(log: &str) -> Vec<&str> {
+    log.lines()
         .filter(|l| l.contains(" WARN ") && l.contains("no API key found"))
         .collect()
 }
@@ -95,7 +99,7 @@ fn the_start_line_names_the_endpoint_the_model_and_where_the_key_came_from() {
         );
         assert_eq!(started["model"], "billing-model", "{started}");
         assert_eq!(started["api_key_from"], key_from.as_str(), "{started}");
-        let whole = log.join("\n");
+        let whole = log;
         for secret in [
             "sk-billing-dotenv-0001",
             "sk-billing-env-0001",
@@ -116,9 +120,10 @@ fn the_plain_start_line_names_the_endpoint_and_the_key_source_too() {
     let s = Scratch::new();
     s.write_config(&config("http://127.0.0.1:9/v1", "billing-model", ""));
     let gateway = s.gateway(&[], &[("OPENAI_API_KEY", "sk-billing-env-0002")]);
-    let (_, log) = gateway.stop();
+    gateway.stop();
+    let log = gateway.log();
     let started = log
-        .iter()
+        .lines()
         .find(|l| l.contains("gateway started"))
         .unwrap_or_else(|| panic!("{log:#?}"));
     assert!(
@@ -132,13 +137,11 @@ fn the_plain_start_line_names_the_endpoint_and_the_key_source_too() {
 
 /// Waits for the gateway's log to hold `count` lines for which `found` holds.
 fn wait_for_lines(gateway: &Gateway, count: usize, found: impl Fn(&str) -> bool) {
-    let seen = wait_until(Duration::from_secs(20), || {
-        (gateway.log().iter().filter(|l| found(l)).count() >= count).then_some(())
-    });
-    assert!(
-        seen.is_some(),
-        "expected {count} such line(s):\n{}",
-        gateway.log().join("\n")
+    wait_until_or(
+        || gateway.log().lines().filter(|l| found(l)).count() >= count,
+        Duration::from_secs(20),
+        format_args!("{count} such line(s)"),
+        || gateway.log(),
     );
 }
 
@@ -174,15 +177,17 @@ fn no_key_warns_once_and_again_only_for_another_endpoint() {
     assert_eq!(no_key_warnings(&gateway.log()).len(), 1);
     assert!(!gateway
         .log()
-        .iter()
+        .lines()
         .any(|l| l.contains("decompose calls now go to")));
 
     // Another endpoint, still without a key: said once more, with where calls now go.
     s.write_config(&config("http://127.0.0.1:7/v1", "other-model", ""));
     wait_for_lines(&gateway, 2, |l| l.contains("no API key found"));
-    let moved = gateway.wait_for(Duration::from_secs(5), |l| {
-        l.contains("decompose calls now go to http://127.0.0.1:7/v1/chat/completions")
-    });
+    let moved = gateway.wait_for_line(
+        |l| l.contains("decompose calls now go to http://127.0.0.1:7/v1/chat/completions"),
+        Duration::from_secs(5),
+        "the new endpoint's line",
+    );
     assert!(
         moved.contains(" INFO ")
             && moved.contains("model=\"other-model\"")
@@ -197,14 +202,17 @@ fn no_key_warns_once_and_again_only_for_another_endpoint() {
         "auxiliary:\n  kanban_decomposer:\n    provider: custom\n    base_url: http://127.0.0.1:7/v1\n    \
          api_key: sk-billing-config-0003\n",
     ));
-    gateway.wait_for(Duration::from_secs(5), |l| {
-        l.contains("api_key_from=\"auxiliary.kanban_decomposer.api_key in config.yaml\"")
-    });
+    gateway.wait_for_line(
+        |l| l.contains("api_key_from=\"auxiliary.kanban_decomposer.api_key in config.yaml\""),
+        Duration::from_secs(5),
+        "the key's source",
+    );
     std::thread::sleep(Duration::from_millis(500));
-    let (code, log) = gateway.stop();
+    let code = gateway.stop().exit_code;
+    let log = gateway.log();
     assert_eq!(code, Some(0));
     assert_eq!(no_key_warnings(&log).len(), 2, "{log:#?}");
-    assert!(!log.join("\n").contains("sk-billing-config-0003"));
+    assert!(!log.contains("sk-billing-config-0003"));
 }
 
 #[test]
@@ -239,10 +247,13 @@ fn a_refused_connection_names_the_url_it_tried_without_its_credentials() {
     // The gateway: the pause it warns about names the URL too.
     s.create("for the gateway", &["--triage"]);
     let gateway = s.gateway(&[], &[]);
-    let warned = gateway.wait_for(Duration::from_secs(20), |l| {
-        l.contains(" WARN ") && l.contains("auto-decompose paused")
-    });
-    let (_, log) = gateway.stop();
+    let warned = gateway.wait_for_line(
+        |l| l.contains(" WARN ") && l.contains("auto-decompose paused"),
+        Duration::from_secs(20),
+        "the pause's WARN",
+    );
+    gateway.stop();
+    let log = gateway.log();
     assert!(warned.contains(&format!("{shown}: ")), "{warned}");
-    assert!(!log.join("\n").contains("pw-billing-0004"), "{log:#?}");
+    assert!(!log.contains("pw-billing-0004"), "{log:#?}");
 }

@@ -7,18 +7,21 @@ use fixtures::aux_model::AuxModel;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use crate::support::{self, fake_provider, single_task_reply, status_reply, wait_until, Scratch};
+use fixtures::wait::try_wait_until;
+
+use crate::support::{self, fake_provider, single_task_reply, status_reply, Scratch};
 
 #[test]
 fn gateway_run_json_writes_one_json_object_per_log_line() {
     let s = Scratch::new();
     s.write_config("kanban:\n  dispatch_interval_seconds: 0.1\n  dispatch_interval_secs: 1\n");
     let gateway = s.gateway(&["--json"], &[]);
-    let (code, log) = gateway.stop();
+    let code = gateway.stop().exit_code;
+    let log = gateway.log();
     assert_eq!(code, Some(0), "{log:#?}");
-    assert!(log.len() >= 3, "{log:#?}");
+    assert!(log.lines().count() >= 3, "{log:#?}");
     let events: Vec<Value> = log
-        .iter()
+        .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
         .collect();
     for event in &events {
@@ -57,15 +60,16 @@ fn gateway_run_logs_plain_lines_by_default_and_warns_once_at_start() {
          auxiliary:\n  kanban_decomposer:\n    modle: cheap\n",
     );
     let gateway = s.gateway(&[], &[]);
-    let (code, log) = gateway.stop();
+    let code = gateway.stop().exit_code;
+    let log = gateway.log();
     assert_eq!(code, Some(0), "{log:#?}");
     assert!(
-        log.iter()
+        log.lines()
             .all(|l| serde_json::from_str::<Value>(l).is_err()),
         "{log:#?}"
     );
-    let warnings: Vec<&String> = log
-        .iter()
+    let warnings: Vec<&str> = log
+        .lines()
         .filter(|l| l.contains(" WARN ") && l.contains("not a key"))
         .collect();
     assert_eq!(warnings.len(), 2, "{log:#?}");
@@ -117,15 +121,14 @@ fn the_decomposer_model_is_what_decompose_calls_carry() {
     s.ok(&["kanban", "decompose", &by_hand, "--json"]);
     let by_gateway = s.create("by the gateway", &["--triage"]);
     let gateway = s.gateway(&[], &[]);
-    let billed = wait_until(Duration::from_secs(20), || {
-        (provider.billed_for(&by_gateway) > 0).then_some(())
-    });
-    let (code, log) = gateway.stop();
-    assert!(
-        billed.is_some(),
-        "the gateway never billed the card:\n{}",
-        log.join("\n")
+    let billed = try_wait_until(
+        || provider.billed_for(&by_gateway) > 0,
+        Duration::from_secs(20),
+        "the gateway's bill",
     );
+    let code = gateway.stop().exit_code;
+    let log = gateway.log();
+    assert!(billed.is_ok(), "the gateway never billed the card:\n{log}");
     assert_eq!(code, Some(0));
     let models: Vec<Value> = provider
         .aux_requests()
@@ -205,10 +208,12 @@ fn a_decomposer_refused_by_the_config_bills_nothing() {
         "{out:?}"
     );
     let gateway = s.gateway(&[], &[]);
-    gateway.wait_for(Duration::from_secs(10), |l| {
-        l.contains("auto-decompose cannot run") && l.contains("set base_url")
-    });
-    let (code, _) = gateway.stop();
+    gateway.wait_for_line(
+        |l| l.contains("auto-decompose cannot run") && l.contains("set base_url"),
+        Duration::from_secs(10),
+        "the refusal",
+    );
+    let code = gateway.stop().exit_code;
     assert_eq!(code, Some(0));
     assert!(provider.requests().is_empty());
 }
@@ -235,8 +240,8 @@ fn two_gateways_with_different_lock_dirs_never_both_dispatch() {
     let cards: Vec<String> = (0..4)
         .map(|i| s.create(&format!("poison {i}"), &["--triage"]))
         .collect();
-    let lock_a = s.dir.path().join("locks-a");
-    let lock_b = s.dir.path().join("locks-b");
+    let lock_a = s.root().join("locks-a");
+    let lock_b = s.root().join("locks-b");
     let first = s.gateway(
         &[],
         &[("HERMES_GATEWAY_LOCK_DIR", lock_a.to_str().unwrap())],
@@ -246,26 +251,29 @@ fn two_gateways_with_different_lock_dirs_never_both_dispatch() {
         &[("HERMES_GATEWAY_LOCK_DIR", lock_b.to_str().unwrap())],
     );
     // The board itself is locked (a flock on kanban.db), whatever lock directory either uses.
-    let busy = second.wait_for(Duration::from_secs(10), |l| {
-        l.contains(" WARN ") && l.contains("dispatches this board")
-    });
-    assert!(
-        busy.contains(&format!("(pid {})", first.child.id())),
-        "{busy}"
+    let busy = second.wait_for_line(
+        |l| l.contains(" WARN ") && l.contains("dispatches this board"),
+        Duration::from_secs(10),
+        "the second gateway's WARN",
     );
+    assert!(busy.contains(&format!("(pid {})", first.pid())), "{busy}");
     assert!(busy.contains("not dispatching until it stops"), "{busy}");
 
-    let all_parked = wait_until(Duration::from_secs(60), || {
-        let parked = ints(
-            &s,
-            "SELECT count(*) FROM hermes_decompose_state WHERE parked_at_ms IS NOT NULL",
-        );
-        (parked[0] == cards.len() as i64).then_some(())
-    });
+    let all_parked = try_wait_until(
+        || {
+            let parked = ints(
+                &s,
+                "SELECT count(*) FROM hermes_decompose_state WHERE parked_at_ms IS NOT NULL",
+            );
+            parked[0] == cards.len() as i64
+        },
+        Duration::from_secs(60),
+        "every card parked",
+    );
     assert!(
-        all_parked.is_some(),
+        all_parked.is_ok(),
         "not every card was parked:\n{}",
-        first.log().join("\n")
+        first.log()
     );
     for card in &cards {
         let attempts = ints(
@@ -281,26 +289,31 @@ fn two_gateways_with_different_lock_dirs_never_both_dispatch() {
     }
     let ledger = ints(&s, "SELECT count(*) FROM hermes_aux_ledger")[0];
     assert_eq!(ledger, 12);
-    let dispatched_by_second = second
-        .log()
-        .into_iter()
+    let second_log = second.log();
+    let dispatched_by_second = second_log
+        .lines()
         .filter(|l| l.contains("attempt") || l.contains("parked"))
         .collect::<Vec<_>>();
     assert!(dispatched_by_second.is_empty(), "{dispatched_by_second:#?}");
 
     // When the first goes, the second takes over.
-    let (code, _) = first.stop();
+    let code = first.stop().exit_code;
     assert_eq!(code, Some(0));
-    second.wait_for(Duration::from_secs(10), |l| {
-        l.contains("dispatcher locks acquired")
-    });
+    second.wait_for_line(
+        |l| l.contains("dispatcher locks acquired"),
+        Duration::from_secs(10),
+        "the second gateway to take over",
+    );
     provider.reply_default(single_task_reply());
     let fresh = s.create("fresh", &["--triage"]);
-    let billed = wait_until(Duration::from_secs(20), || {
-        (provider.billed_for(&fresh) == 1).then_some(())
-    });
-    let (code, log) = second.stop();
-    assert!(billed.is_some(), "{}", log.join("\n"));
+    let billed = try_wait_until(
+        || provider.billed_for(&fresh) == 1,
+        Duration::from_secs(20),
+        "the fresh card's bill",
+    );
+    let code = second.stop().exit_code;
+    let log = second.log();
+    assert!(billed.is_ok(), "{log}");
     assert_eq!(code, Some(0));
 }
 
@@ -318,7 +331,7 @@ fn config_edits_mid_run_warn_once_each() {
     };
 
     s.write_config(&format!("{base}  decompose_max_attempt: 2\n"));
-    gateway.wait_for(Duration::from_secs(10), typo_warning);
+    gateway.wait_for_line(typo_warning, Duration::from_secs(10), "the typo's warning");
     // Another edit that keeps the typo: no second warning for it.
     s.write_config(&format!(
         "{base}  decompose_max_attempt: 2\n  auto_promote_children: true\n"
@@ -326,24 +339,28 @@ fn config_edits_mid_run_warn_once_each() {
     s.write_config(&format!(
         "{base}  decompose_max_attempt: 2\n  auto_decompose_per_tick: 4000000000\n"
     ));
-    gateway.wait_for(Duration::from_secs(10), range_warning);
+    gateway.wait_for_line(range_warning, Duration::from_secs(10), "the range warning");
     // Ticks go on with the last good config; the fixed file is taken up again.
     s.write_config(base);
-    gateway.wait_for(Duration::from_secs(10), |l| {
-        l.contains("config.yaml is valid again")
-    });
+    gateway.wait_for_line(
+        |l| l.contains("config.yaml is valid again"),
+        Duration::from_secs(10),
+        "the config to be valid again",
+    );
     s.write_config(&format!("{base}  decompose_max_attempt: 2\n"));
-    let count = |log: &[String], f: &dyn Fn(&str) -> bool| log.iter().filter(|l| f(l)).count();
-    let back = wait_until(Duration::from_secs(10), || {
-        (count(&gateway.log(), &typo_warning) == 2).then_some(())
-    });
-    let (code, log) = gateway.stop();
+    let count = |log: &str, f: &dyn Fn(&str) -> bool| log.lines().filter(|l| f(l)).count();
+    let back = try_wait_until(
+        || count(&gateway.log(), &typo_warning) == 2,
+        Duration::from_secs(10),
+        "the typo's second warning",
+    );
+    let code = gateway.stop().exit_code;
+    let log = gateway.log();
     assert!(
-        back.is_some(),
-        "the typo, back after a clean edit, warns again:\n{}",
-        log.join("\n")
+        back.is_ok(),
+        "the typo, back after a clean edit, warns again:\n{log}"
     );
     assert_eq!(code, Some(0));
-    assert_eq!(count(&log, &typo_warning), 2, "{}", log.join("\n"));
-    assert_eq!(count(&log, &range_warning), 1, "{}", log.join("\n"));
+    assert_eq!(count(&log, &typo_warning), 2, "{log}");
+    assert_eq!(count(&log, &range_warning), 1, "{log}");
 }

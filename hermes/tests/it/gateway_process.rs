@@ -4,17 +4,14 @@
 //! its claims keep every other process (a person's `decompose ID`, a sweep, a second gateway)
 //! from paying for a card it has in flight.
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, ChildStderr, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{Out, Scratch};
 use fixtures::aux_model::{AuxModel, Reply};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use fixtures::gateway::Gateway;
+use fixtures::limits::set_file_size_limit;
+use fixtures::wait::wait_until_or;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
 
@@ -44,117 +41,19 @@ fn config(provider_url: &str, extra: &str) -> String {
     )
 }
 
-/// A running `hermes gateway run`, its stderr collected line by line. Killed on drop.
-struct Gateway {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+/// How many lines of `gateway`'s log contain `needle`.
+fn count(gateway: &Gateway, needle: &str) -> usize {
+    gateway.log().lines().filter(|l| l.contains(needle)).count()
 }
 
-impl Gateway {
-    fn start(scratch: &Scratch) -> Gateway {
-        Gateway::start_with(scratch, &[], |_| {})
-    }
-
-    /// Starts the gateway with extra environment, letting `setup` adjust the command.
-    fn start_with(
-        scratch: &Scratch,
-        env: &[(&str, &Path)],
-        setup: impl FnOnce(&mut std::process::Command),
-    ) -> Gateway {
-        let mut cmd = scratch.command(&["gateway", "run"]);
-        for (key, value) in env {
-            cmd.env(key, value);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        setup(&mut cmd);
-        let mut child = cmd.spawn().expect("spawning the gateway");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let mut gateway = Gateway {
-            child,
-            lines: lines.clone(),
-        };
-        let mut reader = BufReader::new(stderr);
-        let mut first = String::new();
-        let _ = reader.read_line(&mut first);
-        assert!(
-            first.contains("gateway started"),
-            "the gateway did not start: {first:?} {:?}",
-            gateway.child.try_wait()
-        );
-        lines.lock().unwrap().push(first);
-        gateway.collect(reader);
-        gateway
-    }
-
-    fn collect(&mut self, reader: BufReader<ChildStderr>) {
-        let lines = self.lines.clone();
-        std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
-                lines.lock().unwrap().push(line);
-            }
-        });
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    fn count(&self, needle: &str) -> usize {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count()
-    }
-
-    fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// SIGTERM, then the exit code.
-    fn stop(mut self) -> Option<i32> {
-        let _ = kill(Pid::from_raw(self.pid() as i32), Signal::SIGTERM);
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool, diag: impl Fn() -> String) {
-    let started = Instant::now();
-    while !done() {
-        assert!(
-            started.elapsed() < WAIT,
-            "timed out waiting for {what}\n{}",
-            diag()
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
+/// A second gateway on `scratch`'s board, with its own lock directory.
+fn second_gateway(scratch: &Scratch) -> Gateway {
+    let locks = scratch.root().join("other-locks");
+    Gateway::spawn(
+        scratch
+            .gateway_spec(&[])
+            .env_var("HERMES_GATEWAY_LOCK_DIR", locks),
+    )
 }
 
 fn read_only(db: &Path) -> Connection {
@@ -189,53 +88,25 @@ fn a_closed_log_pipe_does_not_stop_the_gateway() {
     let provider = provider(Duration::ZERO, 200);
     let scratch = Scratch::new();
     scratch.write_config(&config(&provider.base_url(), ""));
-    let mut cmd = scratch.command(&["gateway", "run"]);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut reader = BufReader::new(child.stderr.take().unwrap());
-    let mut first = String::new();
-    reader.read_line(&mut first).unwrap();
-    assert!(first.contains("gateway started"), "{first}");
+    let gateway = Gateway::spawn(scratch.gateway_spec(&[]).log_through_pipe());
     // What `gateway run 2>&1 | tee log` sees when tee exits: the reading end goes away.
-    drop(reader);
+    gateway.close_log_pipe();
 
     let card = scratch.create("logged into the void", &["--triage"]);
-    wait_until(
+    wait_until_or(
+        || status(&scratch.db(), &card) != "triage" || !gateway.running(),
+        WAIT,
         "the card to be decomposed with nobody reading the log",
-        || status(&scratch.db(), &card) != "triage" || !matches!(child.try_wait(), Ok(None)),
         || "the card stayed in triage".to_owned(),
     );
-    assert!(
-        matches!(child.try_wait(), Ok(None)),
-        "the gateway died: {:?}",
-        child.try_wait()
-    );
+    assert!(gateway.running(), "the gateway died: {:?}", gateway.exit());
     assert_eq!(status(&scratch.db(), &card), "ready");
     assert_eq!(provider.billed_for(&card), 1);
-    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-    let exit = child.wait().unwrap();
-    assert_eq!(exit.code(), Some(0), "a clean stop after losing its log");
-}
-
-/// Sets the gateway's file size limit: 1 byte makes every write to the board fail, as a full
-/// disk does (the process's log goes to a pipe, which the limit does not touch).
-fn limit_file_size(pid: u32, bytes: u64) {
-    let limit = nix::libc::rlimit {
-        rlim_cur: bytes,
-        rlim_max: nix::libc::RLIM_INFINITY,
-    };
-    // SAFETY: prlimit only reads `limit`; a null old-limit pointer is allowed.
-    let rc = unsafe {
-        nix::libc::prlimit(
-            pid as nix::libc::pid_t,
-            nix::libc::RLIMIT_FSIZE,
-            &limit,
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        gateway.stop().exit_code,
+        Some(0),
+        "a clean stop after losing its log"
+    );
 }
 
 #[test]
@@ -244,48 +115,44 @@ fn a_board_that_cannot_be_written_costs_nothing_and_is_reported_once_with_its_ca
     let scratch = Scratch::new();
     scratch.write_config(&config(&provider.base_url(), ""));
     scratch.ok(&["kanban", "init"]);
-    let mut gateway = Gateway::start_with(&scratch, &[], |cmd| {
-        // SAFETY: between fork and exec this only sets a signal disposition (no allocation,
-        // no locks). An ignored SIGXFSZ survives exec, so a write past the limit fails with
-        // EFBIG instead of killing the process.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::signal::signal(Signal::SIGXFSZ, nix::sys::signal::SigHandler::SigIgn)
-                    .map(|_| ())
-                    .map_err(|errno| std::io::Error::from_raw_os_error(errno as i32))
-            });
-        }
-    });
+    // A write past the file size limit then fails with EFBIG instead of killing the process, as
+    // a full disk does; its log goes through a pipe, which the limit does not touch.
+    let gateway = Gateway::spawn(
+        scratch
+            .gateway_spec(&[])
+            .ignore_file_size_signal()
+            .log_through_pipe(),
+    );
     // A first card shows the gateway ticking with its board open; then the disk "fills".
     let before = scratch.create("decomposed before", &["--triage"]);
-    wait_until(
-        "the first card",
+    wait_until_or(
         || status(&scratch.db(), &before) == "ready",
+        WAIT,
+        "the first card",
         || gateway.log(),
     );
-    limit_file_size(gateway.pid(), 1);
+    set_file_size_limit(gateway.pid(), Some(1)).unwrap();
     let card = scratch.create("waits for disk space", &["--triage"]);
-    wait_until(
+    wait_until_or(
+        || count(&gateway, "cannot record an attempt") > 0,
+        WAIT,
         "the gateway to report that it cannot record the attempt",
-        || gateway.count("cannot record an attempt") > 0,
         || gateway.log(),
     );
     // Many ticks later (0.1 s each): still one WARN for the one condition, no request at all.
     std::thread::sleep(Duration::from_millis(1_500));
     assert_eq!(
-        gateway.count("cannot record an attempt"),
+        count(&gateway, "cannot record an attempt"),
         1,
         "{}",
         gateway.log()
     );
-    assert_eq!(gateway.count("disk I/O error"), 1, "{}", gateway.log());
+    assert_eq!(count(&gateway, "disk I/O error"), 1, "{}", gateway.log());
     let warn = gateway
-        .lines
-        .lock()
-        .unwrap()
-        .iter()
+        .log()
+        .lines()
         .find(|l| l.contains("cannot record an attempt"))
-        .cloned()
+        .map(str::to_owned)
         .unwrap_or_default();
     assert!(
         warn.contains("committing: disk I/O error"),
@@ -295,19 +162,21 @@ fn a_board_that_cannot_be_written_costs_nothing_and_is_reported_once_with_its_ca
     assert!(gateway.running());
 
     // The condition clears: the card is attempted, once.
-    limit_file_size(gateway.pid(), nix::libc::RLIM_INFINITY);
-    wait_until(
-        "the card to be decomposed once the board takes writes again",
+    set_file_size_limit(gateway.pid(), None).unwrap();
+    wait_until_or(
         || status(&scratch.db(), &card) != "triage",
+        WAIT,
+        "the card to be decomposed once the board takes writes again",
         || gateway.log(),
     );
     assert_eq!(provider.billed_for(&card), 1);
-    wait_until(
+    wait_until_or(
+        || count(&gateway, "attempts can be recorded again") == 1,
+        WAIT,
         "the recovery to be logged",
-        || gateway.count("attempts can be recorded again") == 1,
         || gateway.log(),
     );
-    assert_eq!(gateway.stop(), Some(0));
+    assert_eq!(gateway.stop().exit_code, Some(0));
 }
 
 #[test]
@@ -316,10 +185,11 @@ fn a_board_file_deleted_or_replaced_under_the_gateway_is_reopened() {
     let scratch = Scratch::new();
     scratch.write_config(&config(&provider.base_url(), ""));
     let first = scratch.create("on the first board", &["--triage"]);
-    let mut gateway = Gateway::start(&scratch);
-    wait_until(
-        "the first card",
+    let gateway = scratch.gateway(&[], &[]);
+    wait_until_or(
         || status(&scratch.db(), &first) == "ready",
+        WAIT,
+        "the first card",
         || gateway.log(),
     );
 
@@ -328,9 +198,10 @@ fn a_board_file_deleted_or_replaced_under_the_gateway_is_reopened() {
         let _ = std::fs::remove_file(format!("{}{suffix}", scratch.db().display()));
     }
     let second = scratch.create("on a fresh board", &["--triage"]);
-    wait_until(
-        "the card on the recreated board",
+    wait_until_or(
         || status(&scratch.db(), &second) == "ready",
+        WAIT,
+        "the card on the recreated board",
         || gateway.log(),
     );
 
@@ -349,31 +220,35 @@ fn a_board_file_deleted_or_replaced_under_the_gateway_is_reopened() {
         let _ = std::fs::remove_file(format!("{}{suffix}", scratch.db().display()));
     }
     std::fs::rename(other.db(), scratch.db()).unwrap();
-    wait_until(
-        "the card on the replacement board",
+    wait_until_or(
         || status(&scratch.db(), &third) == "ready",
+        WAIT,
+        "the card on the replacement board",
         || gateway.log(),
     );
     assert!(gateway.running());
     // Whether the gateway saw the path empty or already holding the next command's fresh
     // board depends on timing; either way, one WARN per change of file.
     assert_eq!(
-        gateway.count("while the gateway ran; reopened it"),
+        count(&gateway, "while the gateway ran; reopened it"),
         2,
         "{}",
         gateway.log()
     );
     assert_eq!(
-        gateway.count("kanban.db was replaced by another file while the gateway ran"),
-        gateway.count("while the gateway ran; reopened it")
-            - gateway.count("kanban.db was deleted while"),
+        count(
+            &gateway,
+            "kanban.db was replaced by another file while the gateway ran"
+        ),
+        count(&gateway, "while the gateway ran; reopened it")
+            - count(&gateway, "kanban.db was deleted while"),
         "{}",
         gateway.log()
     );
     for card in [&first, &second, &third] {
         assert_eq!(provider.billed_for(card), 1, "{card}");
     }
-    assert_eq!(gateway.stop(), Some(0));
+    assert_eq!(gateway.stop().exit_code, Some(0));
 }
 
 #[test]
@@ -386,30 +261,32 @@ fn a_request_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
         "  decompose_max_attempts: 1\n  decompose_backoff_seconds: 0\n",
     ));
     let card = scratch.create("killed mid-call", &["--triage"]);
-    let gateway = Gateway::start(&scratch);
-    wait_until(
-        "the request to reach the provider",
+    let gateway = scratch.gateway(&[], &[]);
+    wait_until_or(
         || provider.billed_for(&card) == 1,
+        WAIT,
+        "the request to reach the provider",
         || gateway.log(),
     );
     gateway.kill9();
     assert_eq!(ledger_outcomes(&scratch.db(), &card), ["in_flight"]);
 
-    let mut restarted = Gateway::start(&scratch);
+    let restarted = scratch.gateway(&[], &[]);
     // The row is closed before the WARN about it is written: wait for both.
-    wait_until(
-        "the row to be closed and reported",
+    wait_until_or(
         || {
             ledger_outcomes(&scratch.db(), &card) == ["unknown"]
-                && restarted.count("as `unknown` (maybe billed") >= 1
+                && count(&restarted, "as `unknown` (maybe billed") >= 1
         },
+        WAIT,
+        "the row to be closed and reported",
         || restarted.log(),
     );
     // Not a stand-in for a condition: nothing may happen in this span (ten ticks), which is
     // what is being watched.
     std::thread::sleep(Duration::from_millis(1_000));
     assert_eq!(
-        restarted.count("as `unknown` (maybe billed"),
+        count(&restarted, "as `unknown` (maybe billed"),
         1,
         "reported once\n{}",
         restarted.log()
@@ -422,7 +299,7 @@ fn a_request_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
     assert_eq!(usage["window"]["calls_last_hour"], json!(1), "{usage}");
     assert_eq!(usage["cards"][0]["parked"], json!(true), "{usage}");
     assert!(restarted.running());
-    assert_eq!(restarted.stop(), Some(0));
+    assert_eq!(restarted.stop().exit_code, Some(0));
 }
 
 fn decompose(scratch: &Scratch, card: &str) -> Out {
@@ -439,10 +316,11 @@ fn a_card_the_gateway_has_in_flight_is_paid_for_by_nobody_else() {
         "  decompose_backoff_seconds: 0\n",
     ));
     let card = scratch.create("slow to answer", &["--triage"]);
-    let gateway = Gateway::start(&scratch);
-    wait_until(
-        "the gateway's request",
+    let gateway = scratch.gateway(&[], &[]);
+    wait_until_or(
         || provider.billed_for(&card) == 1,
+        WAIT,
+        "the gateway's request",
         || gateway.log(),
     );
 
@@ -469,16 +347,16 @@ fn a_card_the_gateway_has_in_flight_is_paid_for_by_nobody_else() {
     let sweep = scratch.run(&["kanban", "decompose", "--all", "--json"]);
     assert_eq!(sweep.stdout, "", "{sweep:#?}");
     // A second gateway, with its own lock directory: does not pay for it either.
-    let locks = scratch.dir.path().join("other-locks");
-    let second = Gateway::start_with(&scratch, &[("HERMES_GATEWAY_LOCK_DIR", &locks)], |_| {});
-    wait_until(
-        "the first gateway's answer to be applied",
+    let second = second_gateway(&scratch);
+    wait_until_or(
         || status(&scratch.db(), &card) != "triage",
+        WAIT,
+        "the first gateway's answer to be applied",
         || format!("{}\n---\n{}", gateway.log(), second.log()),
     );
     assert_eq!(provider.billed_for(&card), 1, "one card, one paid call");
-    assert_eq!(second.stop(), Some(0));
-    assert_eq!(gateway.stop(), Some(0));
+    assert_eq!(second.stop().exit_code, Some(0));
+    assert_eq!(gateway.stop().exit_code, Some(0));
 }
 
 #[test]
@@ -492,12 +370,12 @@ fn two_gateways_on_one_board_bill_each_card_once() {
     let cards: Vec<String> = (0..6)
         .map(|i| scratch.create(&format!("card {i}"), &["--triage"]))
         .collect();
-    let locks = scratch.dir.path().join("other-locks");
-    let one = Gateway::start(&scratch);
-    let two = Gateway::start_with(&scratch, &[("HERMES_GATEWAY_LOCK_DIR", &locks)], |_| {});
-    wait_until(
-        "every card decomposed",
+    let one = scratch.gateway(&[], &[]);
+    let two = second_gateway(&scratch);
+    wait_until_or(
         || cards.iter().all(|c| status(&scratch.db(), c) != "triage"),
+        WAIT,
+        "every card decomposed",
         || {
             format!(
                 "{:?}\n{}\n---\n{}",
@@ -515,8 +393,8 @@ fn two_gateways_on_one_board_bill_each_card_once() {
             provider.billed_ids()
         );
     }
-    assert_eq!(one.stop(), Some(0));
-    assert_eq!(two.stop(), Some(0));
+    assert_eq!(one.stop().exit_code, Some(0));
+    assert_eq!(two.stop().exit_code, Some(0));
 }
 
 /// The pause in force, as `kanban usage --json` shows it (unix seconds).
@@ -540,10 +418,11 @@ fn a_refusal_after_the_probe_window_costs_at_most_the_calls_already_in_flight() 
     let cards: Vec<String> = (0..6)
         .map(|i| scratch.create(&format!("card {i}"), &["--triage"]))
         .collect();
-    let gateway = Gateway::start(&scratch);
-    wait_until(
-        "the first refusal's pause",
+    let gateway = scratch.gateway(&[], &[]);
+    wait_until_or(
         || pause_until(&scratch).is_some(),
+        WAIT,
+        "the first refusal's pause",
         || gateway.log(),
     );
     let first_pause = pause_until(&scratch);
@@ -555,9 +434,10 @@ fn a_refusal_after_the_probe_window_costs_at_most_the_calls_already_in_flight() 
             .filter(|o| o == "in_flight")
             .count()
     };
-    wait_until(
-        "the calls in flight to land",
+    wait_until_or(
         || in_flight() == 0,
+        WAIT,
+        "the calls in flight to land",
         || gateway.log(),
     );
     std::thread::sleep(Duration::from_millis(500));
@@ -579,7 +459,7 @@ fn a_refusal_after_the_probe_window_costs_at_most_the_calls_already_in_flight() 
         .collect();
     assert_eq!(outcomes.len(), bills);
     assert!(outcomes.iter().all(|o| o == "billing"), "{outcomes:?}");
-    assert_eq!(gateway.stop(), Some(0));
+    assert_eq!(gateway.stop().exit_code, Some(0));
 }
 
 #[test]

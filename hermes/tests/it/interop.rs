@@ -1,10 +1,11 @@
 //! A board is a file two implementations share: ours must read what upstream hermes-agent
 //! 0.19.0 wrote, and upstream must read what we write.
 
-use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{copy_upstream_board, run_command, scrub, Out, Scratch};
+use fixtures::target::Target;
+
+use crate::support::{copy_upstream_board, run_command, Out, Scratch};
 use serde_json::{json, Value};
 
 fn ids(list: &Value) -> Vec<String> {
@@ -102,19 +103,8 @@ fn ours_reads_the_board_upstream_wrote() {
     assert_eq!(shown["parents"], json!(["t_9f474b0a"]));
 }
 
-fn upstream(s: &Scratch, prefix: &[String], args: &[&str]) -> Out {
-    let mut cmd = Command::new(&prefix[0]);
-    scrub(&mut cmd);
-    cmd.args(&prefix[1..])
-        .args(args)
-        .current_dir(s.dir.path())
-        .env("HOME", s.home())
-        .env("HERMES_HOME", s.hermes_home())
-        .env("HERMES_STATE_DB_GUARD_BYPASS", "1")
-        .env("PYTHONUNBUFFERED", "1")
-        .env("NO_COLOR", "1")
-        .env("TERM", "dumb");
-    let out = run_command(cmd, Duration::from_secs(120));
+fn upstream(s: &Scratch, target: &Target, args: &[&str]) -> Out {
+    let out = run_command(s.command_for(target, args), Duration::from_secs(120));
     assert_eq!(out.code, Some(0), "upstream {args:?} failed: {out:#?}");
     out
 }
@@ -125,18 +115,9 @@ fn upstream(s: &Scratch, prefix: &[String], args: &[&str]) -> Out {
 mod with_upstream {
     use super::*;
 
-    /// The command that runs upstream, split into words (program first).
-    fn upstream_command() -> Vec<String> {
-        let target = fixtures::upstream::upstream();
-        std::iter::once(target.program())
-            .chain(target.prefix_args())
-            .map(|word| word.to_string_lossy().into_owned())
-            .collect()
-    }
-
     #[test]
     fn upstream_reads_the_board_ours_wrote() {
-        let prefix = upstream_command();
+        let target = fixtures::upstream::upstream();
         let s = Scratch::new();
         let parent = s.create("parent from the reference", &["--body", "with a body"]);
         let child = s.create(
@@ -147,7 +128,7 @@ mod with_upstream {
         let gone = s.create("to be archived", &[]);
         s.ok(&["kanban", "archive", &gone]);
 
-        let theirs = upstream(&s, &prefix, &["kanban", "list", "--json"]).json();
+        let theirs = upstream(&s, target, &["kanban", "list", "--json"]).json();
         assert_eq!(ids(&theirs), [parent.clone(), child.clone(), idea.clone()]);
         let by_id = |id: &str| {
             theirs
@@ -163,10 +144,10 @@ mod with_upstream {
         assert_eq!(by_id(&idea)["status"], "triage");
         assert_eq!(by_id(&parent)["body"], "with a body");
         let with_archived =
-            upstream(&s, &prefix, &["kanban", "list", "--archived", "--json"]).json();
+            upstream(&s, target, &["kanban", "list", "--archived", "--json"]).json();
         assert_eq!(with_archived.as_array().unwrap().len(), 4);
 
-        let shown = upstream(&s, &prefix, &["kanban", "show", &child, "--json"]).json();
+        let shown = upstream(&s, target, &["kanban", "show", &child, "--json"]).json();
         let ours = s.json(&["kanban", "show", &child, "--json"]);
         assert_eq!(shown["parents"], json!([parent]));
         assert_eq!(shown["events"], ours["events"]);
@@ -176,7 +157,7 @@ mod with_upstream {
         // A card upstream creates on our board reads back through ours.
         let made = upstream(
             &s,
-            &prefix,
+            target,
             &[
                 "kanban",
                 "create",

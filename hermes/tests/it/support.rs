@@ -1,7 +1,9 @@
-//! Shared plumbing: a scratch home with a clean environment, a runner that captures output and
-//! never waits forever, a gateway guard, the runtime the async library runs on, and the suite's
-//! fake provider with the replies these tests need.
+//! Shared plumbing on top of the suite's own (`fixtures`: its scratch home, allowlisted
+//! environment, gateway guard and waits): a runner that captures output and never waits
+//! forever, the runtime the async library runs on, and the fake provider with the replies these
+//! tests need.
 
+use std::cell::Cell;
 use std::ffi::OsStr;
 use std::future::Future;
 use std::io::Read;
@@ -10,6 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fixtures::aux_model::{AuxModel, Reply};
+use fixtures::gateway::{Gateway, GatewaySpec};
+use fixtures::home::Home;
+use fixtures::target::Target;
 use serde_json::Value;
 
 /// How long any single CLI call may take before the test gives up on it.
@@ -47,18 +52,6 @@ impl Out {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{}", self.stdout))
     }
-}
-
-/// Removes everything from the inherited environment that could point a test at a real board
-/// or a real provider.
-pub fn scrub(cmd: &mut Command) {
-    for (key, _) in std::env::vars_os() {
-        let Some(key) = key.to_str() else { continue };
-        if key.starts_with("HERMES_") || key.ends_with("_API_KEY") || key.ends_with("_TOKEN") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env_remove("HOME");
 }
 
 /// Runs `cmd` to completion with a deadline, capturing stdout and stderr.
@@ -106,52 +99,63 @@ pub fn run_command(mut cmd: Command, timeout: Duration) -> Out {
     }
 }
 
-/// A throw-away `HOME` with `HERMES_HOME=<home>/.hermes`.
+/// A throw-away scratch root (fixtures' [`Home`], with nothing in it yet): `HOME`, and
+/// `HERMES_HOME=<home>/.hermes`.
 pub struct Scratch {
-    pub dir: tempfile::TempDir,
+    home: Home,
+    /// How many gateways were started here: each gets its own log.
+    gateways: Cell<usize>,
+}
+
+/// The `hermes` binary under test.
+pub fn reference() -> Target {
+    Target::reference(env!("CARGO_BIN_EXE_hermes"))
 }
 
 impl Scratch {
     pub fn new() -> Scratch {
         Scratch {
-            dir: tempfile::tempdir().expect("a temp dir"),
+            home: Home::bare(),
+            gateways: Cell::new(0),
         }
     }
 
+    pub fn root(&self) -> &Path {
+        self.home.root()
+    }
+
     pub fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
+        self.home.home()
     }
 
     pub fn hermes_home(&self) -> PathBuf {
-        self.home().join(".hermes")
+        self.home.hermes_home()
     }
 
     pub fn db(&self) -> PathBuf {
-        self.hermes_home().join("kanban.db")
+        self.home.db_path()
     }
 
-    /// Replaces `config.yaml` in one step (write aside, rename), so a running gateway never
-    /// reads half a file.
+    /// Replaces `config.yaml` in one step, so a running gateway never reads half a file.
     pub fn write_config(&self, yaml: &str) {
         std::fs::create_dir_all(self.hermes_home()).expect("creating HERMES_HOME");
-        let aside = self.hermes_home().join(".config.yaml.new");
-        std::fs::write(&aside, yaml).expect("writing config.yaml");
-        std::fs::rename(&aside, self.hermes_home().join("config.yaml"))
-            .expect("replacing config.yaml");
+        self.home.write_config(yaml);
+    }
+
+    /// `target ARGS` on the scratch home, with the suite's environment (an allowlist).
+    pub fn command_for<S: AsRef<OsStr>>(&self, target: &Target, args: &[S]) -> Command {
+        let mut cmd = Command::new(target.program());
+        cmd.args(target.prefix_args())
+            .args(args)
+            .current_dir(self.root())
+            .env_clear()
+            .envs(fixtures::env::for_target(&self.home, target));
+        cmd
     }
 
     /// The `hermes` binary under test with the scratch environment.
     pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hermes"));
-        scrub(&mut cmd);
-        cmd.args(args)
-            .current_dir(self.dir.path())
-            .env("HOME", self.home())
-            .env("HERMES_HOME", self.hermes_home())
-            .env("HERMES_GATEWAY_LOCK_DIR", self.dir.path().join("gw-locks"))
-            .env("NO_COLOR", "1")
-            .env("TERM", "dumb");
-        cmd
+        self.command_for(&reference(), args)
     }
 
     /// Runs `hermes ARGS`, checking the output never carries a panic report.
@@ -258,108 +262,34 @@ pub fn status_reply(status: u16) -> Reply {
     Reply::raw(status, "text/plain", Vec::new())
 }
 
-/// A running `hermes gateway run`, its stderr collected line by line. Stopped with SIGTERM by
-/// [`Gateway::stop`], or killed when dropped.
-pub struct Gateway {
-    pub child: std::process::Child,
-    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
 impl Scratch {
-    /// Starts `hermes gateway run` (plus `extra_args`) with `env` on top of the scratch
-    /// environment, and waits for its "gateway started" line.
-    pub fn gateway(&self, extra_args: &[&str], env: &[(&str, &str)]) -> Gateway {
+    /// `hermes gateway run` (plus `extra_args`) on the scratch home, guarded by fixtures'
+    /// [`Gateway`], each start with a log of its own.
+    pub fn gateway_spec(&self, extra_args: &[&str]) -> GatewaySpec {
+        let target = reference();
+        let started = self.gateways.get() + 1;
+        self.gateways.set(started);
         let mut args = vec!["gateway", "run"];
         args.extend_from_slice(extra_args);
-        let mut cmd = self.command(&args);
-        for (key, value) in env {
-            cmd.env(key, value);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawning the gateway");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let reader = std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().expect("the log lock").push(line);
-            }
-        });
-        let gateway = Gateway {
-            child,
-            lines,
-            reader: Some(reader),
-        };
-        gateway.wait_for(Duration::from_secs(30), |l| l.contains("gateway started"));
-        gateway
-    }
-}
-
-impl Gateway {
-    /// Every stderr line so far.
-    pub fn log(&self) -> Vec<String> {
-        self.lines.lock().expect("the log lock").clone()
+        GatewaySpec::new(
+            target.program(),
+            target.argv(args),
+            self.root(),
+            &self.root().join(format!("gateway-{started}.log")),
+        )
+        .env(fixtures::env::for_target(&self.home, &target))
+        .readiness(target.readiness(), target.readiness_timeout())
     }
 
-    /// Waits until a stderr line satisfies `found`, and returns it.
-    pub fn wait_for(&self, timeout: Duration, found: impl Fn(&str) -> bool) -> String {
-        wait_until(timeout, || self.log().into_iter().find(|l| found(l))).unwrap_or_else(|| {
-            panic!(
-                "no such gateway log line in {timeout:?}:\n{}",
-                self.log().join("\n")
-            )
-        })
-    }
-
-    /// SIGTERM, then the exit code and the whole log once the process is gone.
-    pub fn stop(mut self) -> (Option<i32>, Vec<String>) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let status = wait_until(Duration::from_secs(20), || {
-            self.child.try_wait().ok().flatten()
-        });
-        let code = match status {
-            Some(status) => status.code(),
-            None => {
-                let _ = self.child.kill();
-                panic!(
-                    "the gateway ignored SIGTERM for 20 s:\n{}",
-                    self.log().join("\n")
-                );
-            }
-        };
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-        (code, self.log())
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Polls `probe` every 20 ms until it yields something or `timeout` passes.
-pub fn wait_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(found) = probe() {
-            return Some(found);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    /// Starts [`gateway_spec`](Self::gateway_spec) with `env` on top of the scratch
+    /// environment, and waits for its "gateway started" line.
+    pub fn gateway(&self, extra_args: &[&str], env: &[(&str, &str)]) -> Gateway {
+        let spec = env
+            .iter()
+            .fold(self.gateway_spec(extra_args), |spec, (name, value)| {
+                spec.env_var(name, value)
+            });
+        Gateway::spawn(spec)
     }
 }
 
