@@ -456,7 +456,7 @@ pub fn read_config_bytes(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
     };
     let file = match std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
     {
         Ok(file) => file,

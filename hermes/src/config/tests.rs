@@ -475,6 +475,25 @@ fn dotenv_lines() {
     );
 }
 
+/// What a general dotenv parser (dotenvy) does otherwise: a quote is not carried to the next
+/// line, and `$NAME`, `\` and spaces in a value are kept as written.
+#[test]
+fn a_dotenv_value_is_taken_as_written_and_an_open_quote_ends_with_its_line() {
+    let vars = parse_dotenv("A=\"open\nOPENAI_API_KEY=sk-$HOME\\q x\n");
+    assert_eq!(vars.get("A").map(String::as_str), Some("\"open"));
+    assert_eq!(
+        vars.get("OPENAI_API_KEY").map(String::as_str),
+        Some("sk-$HOME\\q x")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".env"), "HERMES_DOTENV_PROBE=1\n").unwrap();
+    assert_eq!(read_dotenv(&Home::at(dir.path())).vars.len(), 1);
+    assert!(
+        std::env::var_os("HERMES_DOTENV_PROBE").is_none(),
+        "the process environment is never written"
+    );
+}
+
 #[test]
 fn a_bad_dotenv_line_is_skipped_with_its_number_and_the_rest_is_kept() {
     let bytes = b"# keys\nBROKEN=\xff\xfe\r\nno equals sign\n = lonely\nOPENAI_API_KEY=sk-kept\r\n";

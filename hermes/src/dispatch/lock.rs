@@ -1,8 +1,10 @@
 //! The singleton lock: one dispatching gateway per board, or two gateways would bill every card
 //! twice.
 //!
-//! An advisory `flock` on a file in `$HERMES_GATEWAY_LOCK_DIR`. The kernel drops it when the
-//! holder dies, however it dies, so a gateway killed with SIGKILL never leaves a stale lock behind.
+//! An advisory `flock` on a file in `$HERMES_GATEWAY_LOCK_DIR` (std's [`File::try_lock`], which
+//! is `flock(LOCK_EX | LOCK_NB)` on Unix: held per open file description, released when it is
+//! closed). The kernel drops it when the holder dies, however it dies, so a gateway killed with
+//! SIGKILL never leaves a stale lock behind.
 //!
 //! That lock is named after the board's path, and a board has many paths (a symlinked or
 //! hardlinked home, another `HERMES_GATEWAY_LOCK_DIR`), and lock files can be deleted under a
@@ -13,12 +15,9 @@
 //! dispatchers use for the same board ([`UpstreamLocks`]), so that an upstream gateway beside it
 //! never dispatches either.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 
 use crate::store::FileId;
 
@@ -42,10 +41,10 @@ pub enum LockError {
     },
 }
 
-/// Holds the lock until dropped.
+/// Holds the lock until dropped (closing the file releases it).
 #[derive(Debug)]
 pub struct SingletonLock {
-    _lock: Flock<File>,
+    _file: File,
     path: PathBuf,
 }
 
@@ -63,16 +62,16 @@ impl SingletonLock {
             "gateway-{:016x}.lock",
             fnv1a(board.as_os_str().as_encoded_bytes())
         ));
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
             .map_err(io(&path))?;
-        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => lock,
-            Err((mut file, Errno::EWOULDBLOCK)) => {
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
                 let mut text = String::new();
                 let holder = file
                     .read_to_string(&mut text)
@@ -84,13 +83,8 @@ impl SingletonLock {
                     holder,
                 });
             }
-            Err((_, errno)) => {
-                return Err(LockError::Io {
-                    path,
-                    source: errno.into(),
-                })
-            }
-        };
+            Err(TryLockError::Error(source)) => return Err(LockError::Io { path, source }),
+        }
         // The pid is only for the refusal message of a second gateway.
         let write_pid = |file: &mut File| -> std::io::Result<()> {
             file.set_len(0)?;
@@ -98,8 +92,8 @@ impl SingletonLock {
             writeln!(file, "{}", std::process::id())?;
             file.sync_data()
         };
-        write_pid(&mut lock).map_err(io(&path))?;
-        Ok(Self { _lock: lock, path })
+        write_pid(&mut file).map_err(io(&path))?;
+        Ok(Self { _file: file, path })
     }
 
     /// The lock file's path.
@@ -146,7 +140,8 @@ pub struct UpstreamLocks {
 #[derive(Debug)]
 struct LockSlot {
     path: PathBuf,
-    held: Option<Flock<File>>,
+    /// The locked file, once locked.
+    held: Option<File>,
     /// Could not be opened at all (see [`UpstreamLocks`]).
     unusable: bool,
 }
@@ -202,13 +197,13 @@ impl UpstreamLocks {
                     continue;
                 }
             };
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => slot.held = Some(lock),
-                Err((_, Errno::EWOULDBLOCK)) => {
+            match file.try_lock() {
+                Ok(()) => slot.held = Some(file),
+                Err(TryLockError::WouldBlock) => {
                     return UpstreamLockState::Busy(slot.path.clone());
                 }
                 // A filesystem without flock: nothing to coordinate through.
-                Err(_) => slot.unusable = true,
+                Err(TryLockError::Error(_)) => slot.unusable = true,
             }
         }
         UpstreamLockState::Held
@@ -228,20 +223,21 @@ impl UpstreamLocks {
 /// hardlink or lock directory reaches it (see the module docs).
 ///
 /// `flock` and the POSIX record locks SQLite takes on the same file are independent on Linux, so
-/// this lock never gets in SQLite's way. Its descriptor is never closed while the process runs:
+/// this lock never gets in SQLite's way. (std documents `try_lock` as `flock` on Unix "currently";
+/// the test below finds this lock in `/proc/locks` as a `FLOCK`, so a change would fail it.) Its
+/// descriptor is never closed while the process runs:
 /// closing *any* descriptor of a file drops every POSIX lock the process holds on it, SQLite's
 /// included. When the board file is replaced, the lock follows the file now at the path and the
 /// old descriptor is kept until the process ends.
 #[derive(Debug)]
 pub struct BoardLock {
     db: PathBuf,
-    held: Option<(FileId, Flock<File>)>,
+    /// The locked file.
+    held: Option<(FileId, File)>,
     /// A descriptor of the file at the path whose lock another process holds, kept to try again.
     waiting: Option<(FileId, File)>,
-    /// Descriptors of files that are no longer the board (see above).
+    /// Descriptors of files that are no longer the board (see above), locked or not.
     retired: Vec<File>,
-    /// Locks held on files that are no longer the board.
-    retired_locks: Vec<Flock<File>>,
     /// The filesystem cannot lock this file at all: nothing to coordinate through.
     unusable: bool,
 }
@@ -254,7 +250,6 @@ impl BoardLock {
             held: None,
             waiting: None,
             retired: Vec::new(),
-            retired_locks: Vec::new(),
             unusable: false,
         }
     }
@@ -267,8 +262,8 @@ impl BoardLock {
             if Some(*id) == current {
                 return UpstreamLockState::Held;
             }
-            if let Some((_, lock)) = self.held.take() {
-                self.retired_locks.push(lock);
+            if let Some((_, file)) = self.held.take() {
+                self.retired.push(file);
             }
             self.unusable = false;
         }
@@ -301,12 +296,12 @@ impl BoardLock {
                 }
             }
         };
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => {
-                self.held = Some((id, lock));
+        match file.try_lock() {
+            Ok(()) => {
+                self.held = Some((id, file));
                 UpstreamLockState::Held
             }
-            Err((file, Errno::EWOULDBLOCK)) => {
+            Err(TryLockError::WouldBlock) => {
                 self.waiting = Some((id, file));
                 UpstreamLockState::BoardBusy {
                     board: self.db.clone(),
@@ -314,7 +309,7 @@ impl BoardLock {
                     holder: flock_holder(id),
                 }
             }
-            Err((file, _)) => {
+            Err(TryLockError::Error(_)) => {
                 self.retired.push(file);
                 self.unusable = true;
                 UpstreamLockState::Held
@@ -326,7 +321,7 @@ impl BoardLock {
 /// The pid holding a `flock` on the file `id`, as `/proc/locks` lists it.
 fn flock_holder(id: FileId) -> Option<u32> {
     let locks = fs::read_to_string("/proc/locks").ok()?;
-    let (major, minor) = (nix::sys::stat::major(id.dev), nix::sys::stat::minor(id.dev));
+    let (major, minor) = (libc::major(id.dev), libc::minor(id.dev));
     let file = format!("{major:02x}:{minor:02x}:{}", id.ino);
     locks.lines().find_map(|line| {
         // `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`
@@ -430,7 +425,7 @@ mod tests {
     }
 
     /// Holds `path` as another process would (a separate open file description).
-    fn hold(path: &Path) -> Flock<File> {
+    fn hold(path: &Path) -> File {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let file = OpenOptions::new()
             .read(true)
@@ -438,9 +433,8 @@ mod tests {
             .create(true)
             .open(path)
             .unwrap();
-        Flock::lock(file, FlockArg::LockExclusiveNonblock)
-            .map_err(|(_, e)| e)
-            .unwrap()
+        file.try_lock().unwrap();
+        file
     }
 
     #[test]
@@ -480,7 +474,7 @@ mod tests {
                 .append(true)
                 .open(path)
                 .unwrap();
-            assert!(Flock::lock(file, FlockArg::LockExclusiveNonblock).is_err());
+            assert!(matches!(file.try_lock(), Err(TryLockError::WouldBlock)));
         }
         assert_eq!(ours.poll(), UpstreamLockState::Held);
         drop(ours);

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hermes::dispatch::{LockError, SingletonLock};
-use nix::fcntl::{Flock, FlockArg};
 
 fn board(dir: &Path) -> PathBuf {
     let db = dir.join("kanban.db");
@@ -83,9 +82,8 @@ fn a_live_holder_that_left_no_pid_is_still_refused() {
         .write(true)
         .open(&path)
         .unwrap();
-    let held = Flock::lock(file, FlockArg::LockExclusiveNonblock)
-        .map_err(|(_, e)| e)
-        .unwrap();
+    file.try_lock().unwrap();
+    let held = file;
 
     let err = SingletonLock::acquire(&locks, &db).unwrap_err();
     match &err {
