@@ -116,7 +116,7 @@ pub const ATTEMPTS_EXPLAINED: &str = "attempts count the card's current automati
      retried after a transient error makes more than one call, so a card may show more calls \
      than attempts";
 
-pub use crate::clock::utc;
+pub use crate::clock::shown;
 
 #[cfg(test)]
 mod tests {
