@@ -186,6 +186,13 @@ impl Context {
         write_stdout(&output::json_line(value))
     }
 
+    /// Whether text tables start with a header row: only on a terminal, because scripts read
+    /// the lines (the conformance suite among them) and a header would be a line to skip.
+    pub fn headers(&self) -> bool {
+        use std::io::IsTerminal;
+        !self.json && io::stdout().is_terminal()
+    }
+
     /// Writes `text` plus a newline on stdout, redacted and with control characters made
     /// visible (line breaks kept).
     pub fn print(&self, text: &str) -> Result<(), CliError> {

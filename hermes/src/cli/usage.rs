@@ -226,7 +226,11 @@ fn print_calls(
     }
     // stdout keeps one line per call; the model, which no row records, goes beside it.
     super::note(&model_line(ctx));
-    let lines: Vec<String> = calls.iter().map(call_line).collect();
+    let header = ctx.headers().then(call_header);
+    let lines: Vec<String> = header
+        .into_iter()
+        .chain(calls.iter().map(call_line))
+        .collect();
     ctx.print(&lines.join("\n"))?;
     Ok(Outcome::Success)
 }
@@ -283,16 +287,53 @@ fn call_line(call: &LedgerCall) -> String {
         Some(ms) => format!("{:.3}s", ms as f64 / 1000.0),
         None => "not finished".to_owned(),
     };
-    format!(
-        "{when}  {}  {:<7}  attempt {} try {}  {:<14}  {}  {tokens}  {took}",
+    call_columns(
+        &when,
         call.task_id.as_deref().unwrap_or("-"),
-        call.origin,
-        call.attempt.map_or("-".to_owned(), |n| n.to_string()),
-        call.try_no,
-        call.outcome,
-        call.http_status
+        &call.origin,
+        &format!(
+            "attempt {} try {}",
+            call.attempt.map_or("-".to_owned(), |n| n.to_string()),
+            call.try_no
+        ),
+        &call.outcome,
+        &call
+            .http_status
             .map_or("HTTP -  ".to_owned(), |s| format!("HTTP {s}")),
+        &tokens,
+        &took,
     )
+}
+
+/// The header of [`call_line`]'s columns (on a terminal only, see `Context::headers`).
+fn call_header() -> String {
+    // As wide as a time in the display zone, so the columns after it line up.
+    let width = shown_ms_exact(0).chars().count();
+    call_columns(
+        &format!("{:<width$}", "STARTED"),
+        &format!("{:<10}", "CARD"),
+        "ORIGIN",
+        &format!("{:<15}", "ATTEMPT"),
+        "OUTCOME",
+        &format!("{:<8}", "HTTP"),
+        "TOKENS",
+        "DURATION",
+    )
+}
+
+/// The one layout of `usage --calls`'s columns, for its lines and its header alike.
+#[allow(clippy::too_many_arguments)]
+fn call_columns(
+    when: &str,
+    card: &str,
+    origin: &str,
+    attempt: &str,
+    outcome: &str,
+    http: &str,
+    tokens: &str,
+    took: &str,
+) -> String {
+    format!("{when}  {card}  {origin:<7}  {attempt}  {outcome:<14}  {http}  {tokens}  {took}")
 }
 
 /// What `--since` accepts, for its help and its usage error.
@@ -443,8 +484,17 @@ mod tests {
             http_status: None,
             prompt_tokens: None,
             completion_tokens: None,
-            ..call
+            ..call.clone()
         };
         assert!(call_line(&in_flight).ends_with("HTTP -    - tokens  not finished"));
+        let header = call_header();
+        let line = call_line(&call);
+        for (column, value) in [
+            ("CARD", "t_1234"),
+            ("ORIGIN", "gateway"),
+            ("OUTCOME", "ok "),
+        ] {
+            assert_eq!(header.find(column), line.find(value), "{header}\n{line}");
+        }
     }
 }
