@@ -19,7 +19,8 @@ starts a fresh one, and a retried attempt makes more than one call.
 The ledger records no model per call: the model line (on stderr with --calls) is what \
 config.yaml names now. A config.yaml that cannot be used is reported as a warning, and the \
 ledger shown with the default settings (usage bills nothing).
-With --calls: one line per paid call, oldest first: start time (UTC), card, origin \
+With --calls: one line per paid call, oldest first (a header row on a terminal): start time \
+(local, or UTC with --utc), card, origin \
 (gateway/sweep/manual), attempt, try, outcome, HTTP status, prompt+completion tokens, duration. \
 With --json, one JSON object per line: {\"id\", \"started_at\", \"task_id\", \"origin\", \
 \"attempt\", \"try\", \"outcome\", \"http_status\", \"prompt_tokens\", \"completion_tokens\", \
