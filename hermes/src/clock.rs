@@ -11,8 +11,11 @@
 //! only time they share: a process started after a forward jump takes the new wall time as it
 //! finds it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use jiff::tz::TimeZone;
 
 /// The share of monotonic time by which this process's clock may catch up with a wall clock
 /// that jumped ahead of it: one millisecond per second, twice what NTP slews at most, so that
@@ -70,10 +73,72 @@ fn wall_ms() -> i64 {
 
 pub use crate::core::time::{utc, utc_ms};
 
+/// Times in text output are UTC (`--utc`) rather than local.
+static SHOW_UTC: AtomicBool = AtomicBool::new(false);
+
+/// Whether text output shows times in UTC from now on (`--utc`) instead of local time.
+pub fn set_show_utc(utc: bool) {
+    SHOW_UTC.store(utc, Ordering::Relaxed);
+}
+
+/// The zone times are shown (and `today`/`yesterday` read) in: UTC under `--utc`, else the
+/// system's (`TZ`, else `/etc/localtime`; UTC when neither can be read).
+pub fn display_zone() -> TimeZone {
+    if SHOW_UTC.load(Ordering::Relaxed) {
+        TimeZone::UTC
+    } else {
+        TimeZone::system()
+    }
+}
+
+/// Unix seconds for text output: `2026-12-01 14:03:05 +01:00` in local time, or
+/// `2026-12-01 13:03:05 UTC` under `--utc`.
+pub fn shown(secs: i64) -> String {
+    shown_ms(secs.saturating_mul(1000))
+}
+
+/// Unix milliseconds for text output, to the second (see [`shown`]).
+pub fn shown_ms(ms: i64) -> String {
+    show_in(ms, &display_zone(), false)
+}
+
+/// Unix milliseconds for text output, to the millisecond (`2026-12-01 14:03:05.120 +01:00`).
+pub fn shown_ms_exact(ms: i64) -> String {
+    show_in(ms, &display_zone(), true)
+}
+
+fn show_in(ms: i64, zone: &TimeZone, millis: bool) -> String {
+    let time = if millis { "%H:%M:%S%.3f" } else { "%H:%M:%S" };
+    let at = crate::core::time::timestamp(ms).to_zoned_datetime(zone.clone());
+    if zone == &TimeZone::UTC {
+        format!("{} UTC", at.strftime(&format!("%Y-%m-%d {time}")))
+    } else {
+        at.strftime(&format!("%Y-%m-%d {time} %:z")).to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn times_are_shown_with_their_offset_or_as_utc() {
+        let ms = 1_795_981_327_120;
+        assert_eq!(
+            show_in(ms, &TimeZone::UTC, false),
+            "2026-11-29 19:42:07 UTC"
+        );
+        assert_eq!(
+            show_in(ms, &TimeZone::UTC, true),
+            "2026-11-29 19:42:07.120 UTC"
+        );
+        let paris = TimeZone::fixed(jiff::tz::offset(1));
+        assert_eq!(show_in(ms, &paris, false), "2026-11-29 20:42:07 +01:00");
+        // The far ends still have a date instead of failing.
+        assert!(show_in(i64::MAX, &paris, false).starts_with("9999-"));
+        assert!(show_in(i64::MIN, &paris, true).starts_with('-'));
+    }
 
     #[test]
     fn a_forward_jump_is_not_time_waited_and_a_backward_one_is_followed() {

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{PoisonError, RwLock};
 
 use anstream::ColorChoice;
@@ -96,6 +96,34 @@ pub fn json_line(value: &Value) -> String {
     json_for_terminal(&value.to_string())
 }
 
+/// How much the CLI says on stderr beside its output and its errors (`-q`, `-v`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verbosity {
+    /// `-q`: errors only.
+    Quiet,
+    /// Notes and warnings.
+    Normal,
+    /// `-v`: also the paths this run uses.
+    Verbose,
+}
+
+/// 0 quiet, 1 normal, 2 verbose.
+static VERBOSITY: AtomicU8 = AtomicU8::new(1);
+
+/// How much the CLI says on stderr from now on.
+pub fn set_verbosity(verbosity: Verbosity) {
+    let level = match verbosity {
+        Verbosity::Quiet => 0,
+        Verbosity::Normal => 1,
+        Verbosity::Verbose => 2,
+    };
+    VERBOSITY.store(level, Ordering::Relaxed);
+}
+
+fn verbosity_at_least(level: u8) -> bool {
+    VERBOSITY.load(Ordering::Relaxed) >= level
+}
+
 /// Errors are JSON objects (`--json`).
 static JSON_ERRORS: AtomicBool = AtomicBool::new(false);
 
@@ -138,14 +166,26 @@ pub fn internal_error(message: &str) {
 }
 
 /// `hermes: warning: MESSAGE`: something this run ignored or could not use, and went on. Text
-/// under `--json` too: stdout carries the run's JSON, and the run has not failed.
+/// under `--json` too: stdout carries the run's JSON, and the run has not failed. Not under
+/// `-q`.
 pub fn warning(message: &str) {
-    labelled(WARNING, "warning", message);
+    if verbosity_at_least(1) {
+        labelled(WARNING, "warning", message);
+    }
 }
 
-/// `hermes: MESSAGE`: what a verb reports beside its output.
+/// `hermes: MESSAGE`: what a verb reports beside its output. Not under `-q`.
 pub fn note(message: &str) {
-    stderr_line(&for_terminal(&format!("hermes: {message}")));
+    if verbosity_at_least(1) {
+        stderr_line(&for_terminal(&format!("hermes: {message}")));
+    }
+}
+
+/// `hermes: MESSAGE`, only under `-v`: detail of how the run was set up.
+pub fn detail(message: &str) {
+    if verbosity_at_least(2) {
+        stderr_line(&for_terminal(&format!("hermes: {message}")));
+    }
 }
 
 fn json_error(message: &str, code: u8) {

@@ -64,7 +64,7 @@ pub fn run(ctx: &Context, args: &AutoDecomposeArgs) -> Result<Outcome, CliError>
         (true, Some(due)) if due > now_ms() => format!(
             "Auto-decompose of {} is {state}; its backoff runs until {}",
             done.task_id,
-            crate::clock::utc_ms(due)
+            crate::clock::shown_ms(due)
         ),
         (true, Some(_)) => format!("Auto-decompose of {} is {state}; due now", done.task_id),
         (true, None) => format!("Auto-decompose of {} is {state}", done.task_id),

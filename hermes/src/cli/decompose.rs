@@ -13,7 +13,7 @@ use clap::Args;
 
 use super::{note, CliError, Context, Outcome};
 use crate::auto::{self, SweepStop};
-use crate::clock::utc_ms;
+use crate::clock::shown_ms;
 use crate::core::{AttemptOutcome, BeginRefusal};
 use crate::decompose::attempt::{run_manual_attempt, AttemptContext};
 use crate::decompose::roster;
@@ -128,7 +128,7 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
         SweepStop::Paused { until_ms, reason } => {
             note(&format!(
                 "sweep stopped: auto-decompose is paused until {} ({reason})",
-                utc_ms(until_ms)
+                shown_ms(until_ms)
             ));
             Ok(Outcome::Failure)
         }

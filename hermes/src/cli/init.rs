@@ -11,7 +11,8 @@ pub struct InitArgs {}
 
 /// Opens (and so creates or migrates) the board and says where it is.
 pub fn run(ctx: &Context, _args: &InitArgs) -> Result<Outcome, CliError> {
-    let store = ctx.open_store()?;
+    // Says where the board is on stdout: no note on stderr besides.
+    let store = crate::store::Store::open(ctx.home.db_path())?;
     let path = store.path().display().to_string();
     if ctx.json {
         ctx.print_json(&json!({ "db_path": path }))?;

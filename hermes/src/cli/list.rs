@@ -4,7 +4,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use serde_json::Value;
 
-use super::render::{is_parked, task_json, task_line};
+use super::render::{is_parked, task_header, task_json, task_line};
 use super::{CliError, Context, Outcome};
 use crate::store::{ListFilter, Status};
 
@@ -54,7 +54,11 @@ pub fn run(ctx: &Context, args: &ListArgs) -> Result<Outcome, CliError> {
     } else if tasks.is_empty() {
         ctx.print("(no matching tasks)")?;
     } else {
-        let lines: Vec<String> = tasks.iter().map(task_line).collect();
+        let header = ctx.headers().then(task_header);
+        let lines: Vec<String> = header
+            .into_iter()
+            .chain(tasks.iter().map(task_line))
+            .collect();
         ctx.print(&lines.join("\n"))?;
     }
     Ok(Outcome::Success)

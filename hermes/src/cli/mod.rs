@@ -24,6 +24,7 @@ pub mod usage;
 use std::ffi::OsString;
 use std::fmt;
 use std::io::{self, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -51,6 +52,20 @@ pub struct Cli {
     /// when NO_COLOR is set), always or never.
     #[arg(long, global = true, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+    /// Show times in text output in UTC instead of local time (JSON times are unix seconds
+    /// either way).
+    #[arg(long, global = true)]
+    pub utc: bool,
+    /// No notes or warnings on stderr; errors are still shown.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// More detail on stderr: the home, config file and board this run uses.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    /// The board's home directory: its kanban.db, config.yaml and .env (overrides
+    /// HERMES_HOME; default ~/.hermes).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -74,7 +89,8 @@ pub enum Command {
 /// `hermes kanban …`.
 #[derive(Debug, Subcommand)]
 pub enum KanbanCommand {
-    /// Create the board if it is missing (every command does this on first use too).
+    /// Create the board if it is missing (every command does this on first use too, and says
+    /// so on stderr).
     Init(init::InitArgs),
     /// Create a card.
     Create(create::CreateArgs),
@@ -147,9 +163,16 @@ pub struct Context {
 }
 
 impl Context {
-    /// Opens (creating on first use) the board.
+    /// Opens the board, creating it on first use and saying so on stderr (a board appearing
+    /// silently in a home the user did not mean is how a wrong HERMES_HOME goes unnoticed).
     pub fn open_store(&self) -> Result<Store, CliError> {
-        Ok(Store::open(self.home.db_path())?)
+        let path = self.home.db_path();
+        let new = !path.exists();
+        let store = Store::open(&path)?;
+        if new {
+            note(&format!("created a new board at {}", path.display()));
+        }
+        Ok(store)
     }
 
     /// Writes `value` as pretty JSON plus a newline on stdout.
@@ -161,6 +184,13 @@ impl Context {
     /// Writes one JSON value on a single line (for streams of records).
     pub fn print_json_line(&self, value: &Value) -> Result<(), CliError> {
         write_stdout(&output::json_line(value))
+    }
+
+    /// Whether text tables start with a header row: only on a terminal, because scripts read
+    /// the lines (the conformance suite among them) and a header would be a line to skip.
+    pub fn headers(&self) -> bool {
+        use std::io::IsTerminal;
+        !self.json && io::stdout().is_terminal()
     }
 
     /// Writes `text` plus a newline on stdout, redacted and with control characters made
@@ -290,6 +320,14 @@ where
     };
     output::set_color(anstream_choice(cli.color));
     output::set_json_errors(cli.json);
+    output::set_verbosity(if cli.quiet {
+        output::Verbosity::Quiet
+    } else if cli.verbose {
+        output::Verbosity::Verbose
+    } else {
+        output::Verbosity::Normal
+    });
+    crate::clock::set_show_utc(cli.utc);
     match execute(cli) {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failure) => ExitCode::from(1),
@@ -372,7 +410,22 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
         Command::Man(a) => return man::run(a),
         Command::Kanban(_) | Command::Gateway(_) => {}
     }
-    let home = Home::from_env()?;
+    let home = match &cli.home {
+        Some(dir) if dir.as_os_str().is_empty() => {
+            return Err(CliError::usage("--home needs a directory"))
+        }
+        Some(dir) => Home::from_vars(
+            Some(dir.clone().into_os_string()),
+            None,
+            std::env::var_os("HERMES_GATEWAY_LOCK_DIR"),
+        )?,
+        None => Home::from_env()?,
+    };
+    output::detail(&format!("home: {}", home.root().display()));
+    if cli.command.reads_config() {
+        output::detail(&format!("config: {}", home.config_path().display()));
+    }
+    output::detail(&format!("board: {}", home.db_path().display()));
     // Board-only verbs do not read config.yaml at all: a config written by upstream is 15 kB
     // of YAML, whose parsing would cost more than the rest of a `kanban create`. A broken or
     // misspelt config is reported by every verb that uses it, before anything is billed.

@@ -101,13 +101,22 @@ pub fn task_line(task: &Task) -> String {
     } else {
         String::new()
     };
-    format!(
-        "{}  {:<9} {:<16} {mark}{}",
-        task.id,
+    task_columns(
+        &task.id,
         task.status.as_str(),
-        assignee,
-        one_line(&task.title)
+        &assignee,
+        &format!("{mark}{}", one_line(&task.title)),
     )
+}
+
+/// The one layout of `list`'s columns, for its lines and its header alike.
+fn task_columns(id: &str, status: &str, assignee: &str, title: &str) -> String {
+    format!("{id:<10}  {status:<9} {assignee:<16} {title}")
+}
+
+/// The header of [`task_line`]'s columns (on a terminal only: scripts read the lines).
+pub fn task_header() -> String {
+    task_columns("ID", "STATUS", "ASSIGNEE", "TITLE")
 }
 
 /// How `show` and `usage` explain the attempt counter: it counts the current budget only.
@@ -116,7 +125,7 @@ pub const ATTEMPTS_EXPLAINED: &str = "attempts count the card's current automati
      retried after a transient error makes more than one call, so a card may show more calls \
      than attempts";
 
-pub use crate::clock::utc;
+pub use crate::clock::shown;
 
 #[cfg(test)]
 mod tests {
@@ -125,6 +134,19 @@ mod tests {
     #[test]
     fn control_characters_are_escaped_in_text_output() {
         assert_eq!(one_line("a\nb\tc\u{1b}[2J 🚀"), "a\\nb\\tc\\u{1b}[2J 🚀");
+    }
+
+    #[test]
+    fn the_list_header_names_the_columns_where_they_are() {
+        let line = task_columns("t_1234abcd", "triage", "-", "a title");
+        let header = task_header();
+        for (column, value) in [
+            ("STATUS", "triage"),
+            ("ASSIGNEE", "-"),
+            ("TITLE", "a title"),
+        ] {
+            assert_eq!(header.find(column), line.find(value), "{header}\n{line}");
+        }
     }
 
     #[test]

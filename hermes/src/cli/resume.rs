@@ -4,7 +4,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{operator, CliError, Context, Outcome};
-use crate::clock::{now_ms, utc};
+use crate::clock::{now_ms, shown_ms};
 
 /// Arguments of `kanban resume`.
 #[derive(Debug, Args)]
@@ -46,7 +46,7 @@ pub fn run(ctx: &Context, args: &ResumeArgs) -> Result<Outcome, CliError> {
     match cleared {
         Some(pause) => ctx.print(&format!(
             "Resumed auto-decompose: lifted the pause that would have lasted until {} ({})",
-            utc(pause.until_ms.div_euclid(1000)),
+            shown_ms(pause.until_ms),
             pause.reason
         ))?,
         None => ctx.print("No provider pause in force; nothing to resume")?,

@@ -3,7 +3,7 @@
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::render::{count, event_json, one_line, task_json, utc};
+use super::render::{count, event_json, one_line, shown, task_json};
 use super::{round_up_secs, CliError, Context, Outcome};
 use crate::store::payload_text;
 
@@ -61,17 +61,17 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
     }
     lines.push(format!(
         "  created:   {} by {}",
-        utc(task.created_at),
+        shown(task.created_at),
         task.created_by
             .as_deref()
             .map(one_line)
             .unwrap_or_else(|| "-".into())
     ));
     if let Some(started) = task.started_at {
-        lines.push(format!("  started:   {}", utc(started)));
+        lines.push(format!("  started:   {}", shown(started)));
     }
     if let Some(completed) = task.completed_at {
-        lines.push(format!("  completed: {}", utc(completed)));
+        lines.push(format!("  completed: {}", shown(completed)));
     }
     if !parents.is_empty() {
         lines.push(format!("  parents:   {}", parents.join(", ")));
@@ -91,16 +91,16 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
                 Some(p) if p.until_ms > due => format!(
                     "next attempt from {}: the board is paused until then ({}; `hermes kanban \
                      resume` lifts it)",
-                    utc(round_up_secs(p.until_ms)),
+                    shown(round_up_secs(p.until_ms)),
                     one_line(&p.reason)
                 ),
                 Some(p) => format!(
                     "next attempt from {} (the board is paused until {}: {})",
-                    utc(round_up_secs(due)),
-                    utc(round_up_secs(p.until_ms)),
+                    shown(round_up_secs(due)),
+                    shown(round_up_secs(p.until_ms)),
                     one_line(&p.reason)
                 ),
-                None => format!("next attempt from {}", utc(round_up_secs(due))),
+                None => format!("next attempt from {}", shown(round_up_secs(due))),
             },
             (false, None, None) => "no automatic attempt pending".to_owned(),
         };
@@ -117,7 +117,7 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
             "  in flight: attempt {} ({}), claimed until at least {}",
             claim.attempt,
             claim.holder(),
-            utc(claim.until_ms.div_euclid(1000))
+            shown(claim.until_ms.div_euclid(1000))
         ));
     }
     if let Some(body) = task.body.as_deref().filter(|b| !b.is_empty()) {
@@ -135,7 +135,7 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
         for c in &comments {
             lines.push(format!(
                 "  {} {}: {}",
-                utc(c.created_at),
+                shown(c.created_at),
                 one_line(&c.author),
                 one_line(&c.body)
             ));
@@ -151,7 +151,7 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
             .unwrap_or_default();
         lines.push(format!(
             "  {} {}{payload}",
-            utc(e.created_at),
+            shown(e.created_at),
             one_line(&e.kind)
         ));
     }

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::render::count;
 use super::{operator, round_up_secs, CliError, Context, Outcome};
-use crate::clock::{now_ms, utc};
+use crate::clock::{now_ms, shown_ms};
 
 /// Arguments of `kanban unpark`.
 #[derive(Debug, Args)]
@@ -51,7 +51,7 @@ pub fn run(ctx: &Context, args: &UnparkArgs) -> Result<Outcome, CliError> {
         return Ok(Outcome::Success);
     }
     let next = match done.next_attempt_at_ms {
-        Some(ms) => format!("due now ({})", utc(ms.div_euclid(1000))),
+        Some(ms) => format!("due now ({})", shown_ms(ms)),
         None => format!(
             "still opted out of auto-decompose (`hermes kanban auto-decompose {} on` to schedule it)",
             done.task_id

@@ -19,37 +19,24 @@ pub fn secs_between(from_ms: i64, until_ms: i64) -> f64 {
     (until_ms.saturating_sub(from_ms) as f64 / 1000.0).max(0.0)
 }
 
-/// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
+/// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC` (for messages that carry no display zone).
 pub fn utc(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    utc_ms(secs.saturating_mul(1000))
 }
 
 /// Unix milliseconds as `YYYY-MM-DD HH:MM:SS UTC`.
 pub fn utc_ms(ms: i64) -> String {
-    utc(ms.div_euclid(1000))
+    format!("{} UTC", timestamp(ms).strftime("%Y-%m-%d %H:%M:%S"))
 }
 
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm). Computed in
-/// i128 so that any i64 day count (a saturated "never" included) has a date.
-fn civil_from_days(days: i64) -> (i128, i128, i128) {
-    let z = i128::from(days) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i128::from(m <= 2);
-    (y, m, d)
+/// Unix milliseconds as a `jiff` timestamp, clamped to the range it can represent (years
+/// -9999 to 9999), so that a saturated "never" still has a date to show.
+pub fn timestamp(ms: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
+        jiff::Timestamp::MIN
+    } else {
+        jiff::Timestamp::MAX
+    })
 }
 
 #[cfg(test)]

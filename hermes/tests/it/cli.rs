@@ -452,6 +452,7 @@ fn unknown_config_keys_are_fine() {
          \x20 kanban_decomposer:\n    provider: auto\n    model: ''\n    timeout: 180\n\
          \x20   extra_body: {}\n    reasoning_effort: ''\n",
     );
+    s.ok(&["kanban", "init"]);
     let out = s.run(&["kanban", "create", "fine", "--json"]);
     assert!(out.success(), "{out:?}");
     assert_eq!(out.stderr, "", "upstream's own keys stay silent");
@@ -654,6 +655,7 @@ fn run_without_no_color(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> sup
 #[test]
 fn color_follows_the_flag_and_no_color() {
     let s = Scratch::new();
+    s.ok(&["kanban", "init"]);
     let failing = ["kanban", "show", "t_nope0000"];
     let with = |extra: &[&'static str]| {
         let mut args = failing.to_vec();
@@ -749,4 +751,146 @@ fn completions_and_man_pages_need_no_home() {
     let out = s.run(&["man", "kanban", "frobnicate"]);
     assert_eq!(out.code, Some(2), "{out:?}");
     assert!(out.stderr.contains("no command `frobnicate`"), "{out:?}");
+}
+
+#[test]
+fn since_takes_compound_spans_dates_and_days() {
+    let s = Scratch::new();
+    s.ok(&["kanban", "init"]);
+    for since in [
+        "1h30m",
+        "2d",
+        "1w",
+        "90s",
+        "45",
+        "yesterday",
+        "today",
+        "2026-11-30",
+        "2026-11-30T10:00",
+        "2026-11-30T10:00+01:00",
+        "2026-11-30 10:00:05.250Z",
+    ] {
+        let out = s.ok(&["kanban", "usage", "--calls", "--since", since]);
+        assert!(
+            out.stdout.starts_with("no paid calls since "),
+            "{since}: {out:?}"
+        );
+        s.ok(&["kanban", "usage", "--json", "--since", since]);
+    }
+    for bad in ["3 fortnights", "-3m", "2026-02-30", "soon"] {
+        let arg = format!("--since={bad}");
+        let out = s.run(&["kanban", "usage", arg.as_str()]);
+        assert_eq!(out.code, Some(2), "{bad}: {out:?}");
+        assert!(out.stdout.is_empty(), "{bad}: {out:?}");
+        assert!(
+            out.stderr.contains("1h30m") && out.stderr.contains("2026-11-30T10:00"),
+            "the error names the accepted forms: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn text_times_are_local_with_their_offset_and_utc_under_the_flag() {
+    let s = Scratch::new();
+    let id = s.create("a card", &[]);
+    let show = |extra: &[&str]| {
+        let mut args = vec!["kanban", "show", id.as_str()];
+        args.extend_from_slice(extra);
+        let mut cmd = s.command(&args);
+        // Etc/GMT-1 is one hour east of UTC (POSIX signs are inverted).
+        cmd.env("TZ", "Etc/GMT-1");
+        let out = run_command(cmd, support::CALL_TIMEOUT);
+        assert!(out.success(), "{out:?}");
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.contains("created:"))
+            .and_then(|l| l.split(" by ").next())
+            .map(str::to_owned);
+        line.unwrap_or_else(|| panic!("no created line: {out:?}"))
+    };
+    let local = show(&[]);
+    assert!(local.ends_with(" +01:00"), "{local}");
+    let utc = show(&["--utc"]);
+    assert!(utc.ends_with(" UTC"), "{utc}");
+    // JSON keeps unix seconds whatever the zone.
+    let json = s.json(&["kanban", "show", id.as_str(), "--json", "--utc"]);
+    assert!(json["task"]["created_at"].is_i64(), "{json}");
+}
+
+#[test]
+fn a_new_board_is_named_once_on_stderr_and_quiet_hides_notes_not_errors() {
+    let s = Scratch::new();
+    let first = s.ok(&["kanban", "list"]);
+    let db = s.db().display().to_string();
+    assert_eq!(
+        first.stderr.trim(),
+        format!("hermes: created a new board at {db}"),
+        "{first:?}"
+    );
+    assert_eq!(s.ok(&["kanban", "list"]).stderr, "", "only the first time");
+
+    let quiet = Scratch::new();
+    let out = quiet.ok(&["-q", "kanban", "create", "x"]);
+    assert_eq!(out.stderr, "", "{out:?}");
+    assert!(quiet.db().is_file());
+    let missing = quiet.run(&["kanban", "show", "t_00000000", "--quiet"]);
+    assert_eq!(missing.code, Some(1), "{missing:?}");
+    assert!(
+        missing.stderr.contains("error"),
+        "errors still show: {missing:?}"
+    );
+    let both = quiet.run(&["-q", "-v", "kanban", "list"]);
+    assert_eq!(both.code, Some(2), "{both:?}");
+}
+
+#[test]
+fn verbose_names_the_paths_in_use() {
+    let s = Scratch::new();
+    s.ok(&["kanban", "init"]);
+    let out = s.ok(&["kanban", "usage", "-v"]);
+    let home = s.hermes_home().display().to_string();
+    for line in [
+        format!("hermes: home: {home}"),
+        format!("hermes: config: {home}/config.yaml"),
+        format!("hermes: board: {home}/kanban.db"),
+    ] {
+        assert!(out.stderr.lines().any(|l| l == line), "{line}: {out:?}");
+    }
+    assert!(!s.ok(&["kanban", "list"]).stderr.contains("board:"));
+}
+
+#[test]
+fn home_overrides_hermes_home() {
+    let s = Scratch::new();
+    let other = s.root().join("elsewhere");
+    let other_arg = other.display().to_string();
+    let id = s.json(&[
+        "--home",
+        other_arg.as_str(),
+        "kanban",
+        "create",
+        "here",
+        "--json",
+    ])["id"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap();
+    assert!(other.join("kanban.db").is_file());
+    assert!(!s.db().exists(), "HERMES_HOME is left alone");
+    let listed = s
+        .ok(&["kanban", "list", "--home", other_arg.as_str()])
+        .stdout;
+    assert!(listed.contains(&id), "{listed}");
+    let empty = s.run(&["--home", "", "kanban", "list"]);
+    assert_eq!(empty.code, Some(2), "{empty:?}");
+}
+
+#[test]
+fn tables_have_no_header_row_when_piped() {
+    let s = Scratch::new();
+    let id = s.create("a card", &["--triage"]);
+    let list = s.ok(&["kanban", "list"]).stdout;
+    assert!(list.starts_with(&id), "{list}");
+    assert!(!list.contains("STATUS"), "{list}");
 }

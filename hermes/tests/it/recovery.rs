@@ -164,7 +164,7 @@ fn show_during_a_board_pause_names_the_pause_end_not_an_earlier_attempt() {
     let until_text = hermes::clock::utc(until.ceil() as i64);
     let mut due = 0;
     for id in &cards {
-        let shown = s.ok(&["kanban", "show", id]).stdout;
+        let shown = s.ok(&["kanban", "show", id, "--utc"]).stdout;
         let Some(line) = shown.lines().find(|l| l.contains("next attempt from")) else {
             continue;
         };
