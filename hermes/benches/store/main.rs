@@ -309,6 +309,7 @@ fn ledger_row(criterion: &mut Criterion, board: &BenchBoard) -> anyhow::Result<(
                 let started = now_ms();
                 let open = LedgerOpen {
                     fence: None,
+                    model: None,
                     task_id: task_id.clone(),
                     origin: Origin::Gateway,
                     attempt: 1,

@@ -105,7 +105,7 @@ pub enum KanbanCommand {
     Archive(archive::ArchiveArgs),
     /// Ask the aux model to split a triage card (one paid attempt per card).
     Decompose(decompose::DecomposeArgs),
-    /// Show the aux-call ledger: what was billed, when, and how it ended.
+    /// Show the aux-call ledger: what was billed, when, with which model, and how it ended.
     Usage(usage::UsageArgs),
     /// Give a parked triage card a fresh automatic budget and make it due now.
     Unpark(unpark::UnparkArgs),

@@ -7,24 +7,30 @@ use serde_json::json;
 use super::render::{count, one_line, ATTEMPTS_EXPLAINED};
 use super::{CliError, Context, Outcome};
 use crate::clock::{now_ms, shown, shown_ms, shown_ms_exact};
-use crate::store::{CallFilter, LedgerCall, StoreError};
+use crate::config::{format_cost, Prices, PRICES_KEY};
+use crate::store::{CallFilter, LedgerCall, ModelUsage, StoreError, UsageReport};
 
 /// Arguments of `kanban usage`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Without --calls: per-card calls and tokens, board totals, the model configured now, the hourly \
+Without --calls: per-card calls, tokens and models, board totals by model, the hourly \
 window, any pause in force and the last `kanban resume` (with --json, a `last_resume` object once \
 there has been one). A card's attempts count its current automatic budget only: `kanban unpark` \
 starts a fresh one, and a retried attempt makes more than one call.
-The ledger records no model per call: the model line (on stderr with --calls) is what \
-config.yaml names now. A config.yaml that cannot be used is reported as a warning, and the \
-ledger shown with the default settings (usage bills nothing).
+Each call's model is the one its request named, as the ledger recorded it; calls recorded before \
+the ledger kept models show `unknown model` (null with --json). With `kanban.prices` in \
+config.yaml (USD per million prompt and completion tokens, per model), calls, cards and totals \
+also show an estimated cost (`est. $0.0123`), or `no price` for a model without one; with no \
+prices there is no cost at all. A config.yaml that cannot be used is reported as a warning, and \
+the ledger shown with the default settings and no prices (usage bills nothing).
 With --calls: one line per paid call, oldest first (a header row on a terminal): start time \
-(local, or UTC with --utc), card, origin \
-(gateway/sweep/manual), attempt, try, outcome, HTTP status, prompt+completion tokens, duration. \
-With --json, one JSON object per line: {\"id\", \"started_at\", \"task_id\", \"origin\", \
-\"attempt\", \"try\", \"outcome\", \"http_status\", \"prompt_tokens\", \"completion_tokens\", \
-\"duration_ms\", \"detail\"} (started_at in unix seconds; null where unknown or still in flight).
+(local, or UTC with --utc), card, origin (gateway/sweep/manual), attempt, try, outcome, HTTP \
+status, prompt+completion tokens, duration, model, and the estimate when prices are configured. \
+With --json, one JSON object per line: \
+{\"id\", \"started_at\", \"task_id\", \"origin\", \"attempt\", \"try\", \"outcome\", \
+\"http_status\", \"prompt_tokens\", \"completion_tokens\", \"duration_ms\", \"detail\", \"model\"}, \
+plus \"estimated_cost_usd\" (null for a model with no price) when prices are configured \
+(started_at in unix seconds; null where unknown or still in flight).
 
 Exit status: 0 success; 1 --card names no card; 2 usage error (a bad --since, --card without \
 --calls).")]
@@ -94,7 +100,8 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
         }
         return print_calls(ctx, &calls, args.card.as_deref(), since);
     }
-    let report = store.usage(since, now, ctx.config.kanban.decompose_calls_per_hour)?;
+    let mut report = store.usage(since, now, ctx.config.kanban.decompose_calls_per_hour)?;
+    price_report(&mut report, &ctx.config.kanban.prices);
     let last_resume = store.last_resume()?;
     if ctx.json {
         let mut value = serde_json::to_value(&report).map_err(anyhow::Error::from)?;
@@ -120,18 +127,26 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
         n => format!(", {n} unknown: maybe billed, left in flight by a process that died"),
     };
     let mut lines = vec![format!(
-        "{} ({} ok, {} failed{unknown}), {} prompt + {} completion tokens{}",
+        "{} ({} ok, {} failed{unknown}), {} prompt + {} completion tokens{}{}",
         count(report.totals.calls, "paid call"),
         report.totals.ok,
         report.totals.failed,
         report.totals.prompt_tokens,
         report.totals.completion_tokens,
+        cost_text(
+            report.totals.estimated_cost_usd,
+            report.totals.unpriced_calls
+        )
+        .map(|c| format!(", {c}"))
+        .unwrap_or_default(),
         report
             .since
             .map(|s| format!(" since {}", shown(s)))
             .unwrap_or_default()
     )];
-    lines.push(model_line(ctx));
+    if let Some(line) = models_line(&report.totals.models) {
+        lines.push(line);
+    }
     lines.push(format!(
         "last hour: {} of {} allowed ({}kanban.decompose_calls_per_hour{})",
         report.window.calls_last_hour,
@@ -170,8 +185,11 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
         ));
     }
     for card in &report.cards {
+        let cost = cost_text(card.estimated_cost_usd, card.unpriced_calls)
+            .map(|c| format!("  {c}"))
+            .unwrap_or_default();
         lines.push(format!(
-            "{}  {:>9} ({} ok, {} failed{}{})  {} on the current budget{}  {}",
+            "{}  {:>9} ({} ok, {} failed{}{})  {} on the current budget{}  {}{cost}  {}",
             card.task_id,
             count(card.calls, "call"),
             card.ok,
@@ -186,9 +204,12 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
             },
             count(card.attempts, "attempt"),
             if card.parked { ", PARKED" } else { "" },
+            card_models(&card.models),
             one_line(card.title.as_deref().unwrap_or("(card gone)"))
         ));
     }
+    let unrecorded = report.totals.models.iter().any(|m| m.model.is_none());
+    lines.extend(notes(unrecorded, !ctx.config.kanban.prices.is_empty()));
     if !report.cards.is_empty() {
         lines.push(format!("({ATTEMPTS_EXPLAINED})"));
     }
@@ -208,9 +229,10 @@ fn print_calls(
     card: Option<&str>,
     since_ms: Option<i64>,
 ) -> Result<Outcome, CliError> {
+    let prices = &ctx.config.kanban.prices;
     if ctx.json {
         for call in calls {
-            ctx.print_json_line(&call_json(call))?;
+            ctx.print_json_line(&call_json(call, prices))?;
         }
         return Ok(Outcome::Success);
     }
@@ -225,34 +247,145 @@ fn print_calls(
         ctx.print(&note)?;
         return Ok(Outcome::Success);
     }
-    // stdout keeps one line per call; the model, which no row records, goes beside it.
-    super::note(&model_line(ctx));
-    let header = ctx.headers().then(call_header);
+    let header = ctx.headers().then(|| call_header(prices));
     let lines: Vec<String> = header
         .into_iter()
-        .chain(calls.iter().map(call_line))
+        .chain(calls.iter().map(|c| call_line(c, prices)))
         .collect();
     ctx.print(&lines.join("\n"))?;
+    // On stderr, so that stdout keeps one line per call.
+    let unrecorded = calls.iter().any(|c| c.model.is_none());
+    for note in notes(unrecorded, !prices.is_empty()) {
+        super::note(&note);
+    }
     Ok(Outcome::Success)
 }
 
-/// The model decompose calls name under the current config. The ledger keeps no model per
-/// call (its schema has no such column), so this is what the config says now, labelled so.
-fn model_line(ctx: &Context) -> String {
-    const UNRECORDED: &str = "the ledger does not record each call's model";
-    if ctx.config_broken {
-        return format!("model: unknown, config.yaml could not be used ({UNRECORDED})");
-    }
-    let model = ctx
-        .config
-        .decomposer_model()
-        .map(|m| one_line(&m))
-        .unwrap_or_else(|| "none configured".to_owned());
-    format!("model: {model} (as configured now; {UNRECORDED})")
+/// What a call with no recorded model shows in place of one.
+const UNKNOWN_MODEL: &str = "unknown model";
+
+fn model_name(model: Option<&str>) -> String {
+    model.map_or_else(|| UNKNOWN_MODEL.to_owned(), one_line)
 }
 
-fn call_json(call: &LedgerCall) -> serde_json::Value {
-    json!({
+/// `by model: m1 2 calls, 812+143 tokens, est. $0.0002; …`, or nothing without calls.
+fn models_line(models: &[ModelUsage]) -> Option<String> {
+    if models.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = models
+        .iter()
+        .map(|m| {
+            let cost = match m.estimated_cost_usd {
+                None => String::new(),
+                Some(None) => format!(", {NO_PRICE}"),
+                Some(Some(usd)) => format!(", {}", estimate(usd)),
+            };
+            format!(
+                "{} {}, {}+{} tokens{cost}",
+                model_name(m.model.as_deref()),
+                count(m.calls, "call"),
+                m.prompt_tokens,
+                m.completion_tokens
+            )
+        })
+        .collect();
+    Some(format!("by model: {}", parts.join("; ")))
+}
+
+/// A card's models, for its line: one name, or several joined by commas.
+fn card_models(models: &[ModelUsage]) -> String {
+    if models.is_empty() {
+        return "-".to_owned();
+    }
+    models
+        .iter()
+        .map(|m| model_name(m.model.as_deref()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What a call whose model has no price in `kanban.prices` shows in place of a cost.
+const NO_PRICE: &str = "no price";
+
+/// An estimated cost as shown: `est. $0.0123`.
+fn estimate(usd: f64) -> String {
+    format!("est. {}", format_cost(usd))
+}
+
+/// A card's or the board's cost, when prices are configured: the estimate over the priced
+/// calls, and how many calls had no price.
+fn cost_text(usd: Option<f64>, unpriced: Option<u64>) -> Option<String> {
+    let usd = usd?;
+    let unpriced = unpriced.unwrap_or(0);
+    Some(match unpriced {
+        0 => estimate(usd),
+        n => format!("{} (+{} with {NO_PRICE})", estimate(usd), count(n, "call")),
+    })
+}
+
+/// The notes under a listing: why a model may be unknown, and what a cost is.
+fn notes(unrecorded: bool, priced: bool) -> Vec<String> {
+    let mut notes = Vec::new();
+    if unrecorded {
+        notes.push(format!(
+            "({UNKNOWN_MODEL}: a call recorded before the ledger kept each call's model)"
+        ));
+    }
+    if priced {
+        notes.push(format!(
+            "(est.: estimated from {PRICES_KEY}, USD per million prompt and completion tokens; \
+             the provider's invoice is what was billed)"
+        ));
+    }
+    notes
+}
+
+/// Fills the report's estimates from `prices`; with none configured it is left without any.
+fn price_report(report: &mut UsageReport, prices: &Prices) {
+    if prices.is_empty() {
+        return;
+    }
+    let price_models = |models: &mut [ModelUsage]| -> (f64, u64) {
+        let (mut usd, mut unpriced) = (0.0, 0u64);
+        for m in models {
+            let price = m.model.as_ref().and_then(|name| prices.get(name));
+            let cost = price.map(|p| p.cost(m.prompt_tokens, m.completion_tokens));
+            match cost {
+                Some(c) => usd += c,
+                None => unpriced = unpriced.saturating_add(m.calls),
+            }
+            m.estimated_cost_usd = Some(cost);
+        }
+        (usd, unpriced)
+    };
+    for card in &mut report.cards {
+        let (usd, unpriced) = price_models(&mut card.models);
+        card.estimated_cost_usd = Some(usd);
+        card.unpriced_calls = Some(unpriced);
+    }
+    let (usd, unpriced) = price_models(&mut report.totals.models);
+    report.totals.estimated_cost_usd = Some(usd);
+    report.totals.unpriced_calls = Some(unpriced);
+}
+
+/// One call's estimated cost: `None` without prices, `Some(None)` when its model has none.
+#[allow(clippy::option_option)]
+fn call_cost(call: &LedgerCall, prices: &Prices) -> Option<Option<f64>> {
+    if prices.is_empty() {
+        return None;
+    }
+    let price = call.model.as_ref().and_then(|name| prices.get(name));
+    Some(price.map(|p| {
+        p.cost(
+            call.prompt_tokens.unwrap_or(0),
+            call.completion_tokens.unwrap_or(0),
+        )
+    }))
+}
+
+fn call_json(call: &LedgerCall, prices: &Prices) -> serde_json::Value {
+    let mut value = json!({
         "id": call.id,
         "started_at": call.started_at_ms as f64 / 1000.0,
         "task_id": call.task_id,
@@ -265,7 +398,13 @@ fn call_json(call: &LedgerCall) -> serde_json::Value {
         "completion_tokens": call.completion_tokens,
         "duration_ms": duration_ms(call),
         "detail": call.detail,
-    })
+        "model": call.model,
+    });
+    // Present only with prices configured: null then means "this model has no price".
+    if let (Some(cost), Some(obj)) = (call_cost(call, prices), value.as_object_mut()) {
+        obj.insert("estimated_cost_usd".to_owned(), json!(cost));
+    }
+    value
 }
 
 fn duration_ms(call: &LedgerCall) -> Option<i64> {
@@ -273,8 +412,9 @@ fn duration_ms(call: &LedgerCall) -> Option<i64> {
         .map(|end| end.saturating_sub(call.started_at_ms).max(0))
 }
 
-/// `2026-11-30 14:05:09.120 UTC  t_1234abcd  gateway  attempt 1 try 1  ok  HTTP 200  812+143 tokens  1.204s`
-fn call_line(call: &LedgerCall) -> String {
+/// `2026-11-30 14:05:09.120 UTC  t_1234abcd  gateway  attempt 1 try 1  ok  HTTP 200  812+143 tokens  1.204s  gpt-4o-mini  est. $0.0002`
+/// (the cost only with prices configured).
+fn call_line(call: &LedgerCall, prices: &Prices) -> String {
     let when = shown_ms_exact(call.started_at_ms);
     let tokens = match (call.prompt_tokens, call.completion_tokens) {
         (None, None) => "- tokens".to_owned(),
@@ -287,6 +427,11 @@ fn call_line(call: &LedgerCall) -> String {
     let took = match duration_ms(call) {
         Some(ms) => format!("{:.3}s", ms as f64 / 1000.0),
         None => "not finished".to_owned(),
+    };
+    let cost = match call_cost(call, prices) {
+        None => String::new(),
+        Some(None) => format!("  {NO_PRICE}"),
+        Some(Some(usd)) => format!("  {}", estimate(usd)),
     };
     call_columns(
         &when,
@@ -303,13 +448,19 @@ fn call_line(call: &LedgerCall) -> String {
             .map_or("HTTP -  ".to_owned(), |s| format!("HTTP {s}")),
         &tokens,
         &took,
+        &format!("{}{cost}", model_name(call.model.as_deref())),
     )
 }
 
 /// The header of [`call_line`]'s columns (on a terminal only, see `Context::headers`).
-fn call_header() -> String {
+fn call_header(prices: &Prices) -> String {
     // As wide as a time in the display zone, so the columns after it line up.
     let width = shown_ms_exact(0).chars().count();
+    let model = if prices.is_empty() {
+        "MODEL"
+    } else {
+        "MODEL  EST. COST"
+    };
     call_columns(
         &format!("{:<width$}", "STARTED"),
         &format!("{:<10}", "CARD"),
@@ -319,6 +470,7 @@ fn call_header() -> String {
         &format!("{:<8}", "HTTP"),
         "TOKENS",
         "DURATION",
+        model,
     )
 }
 
@@ -333,8 +485,11 @@ fn call_columns(
     http: &str,
     tokens: &str,
     took: &str,
+    model: &str,
 ) -> String {
-    format!("{when}  {card}  {origin:<7}  {attempt}  {outcome:<14}  {http}  {tokens}  {took}")
+    format!(
+        "{when}  {card}  {origin:<7}  {attempt}  {outcome:<14}  {http}  {tokens}  {took}  {model}"
+    )
 }
 
 /// What `--since` accepts, for its help and its usage error.
@@ -384,6 +539,8 @@ fn parse_since(text: &str) -> Result<Since, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Price;
+    use crate::store::{CardUsage, UsageTotals};
 
     /// Where `--since TEXT` starts, seen from `now` (ms) in UTC.
     fn start(text: &str, now: i64) -> Result<i64, String> {
@@ -472,12 +629,39 @@ mod tests {
             prompt_tokens: Some(812),
             completion_tokens: Some(143),
             detail: None,
+            model: Some("gpt-4o-mini".to_owned()),
         };
         crate::clock::set_show_utc(true);
+        let none = Prices::new();
         assert_eq!(
-            call_line(&call),
+            call_line(&call, &none),
             "2026-11-29 19:42:07.120 UTC  t_1234abcd  gateway  attempt 2 try 1  ok              \
-             HTTP 200  812+143 tokens  1.204s"
+             HTTP 200  812+143 tokens  1.204s  gpt-4o-mini"
+        );
+        let mut prices = Prices::new();
+        prices.insert(
+            "gpt-4o-mini".to_owned(),
+            Price {
+                input: 0.15,
+                output: 0.60,
+            },
+        );
+        assert!(call_line(&call, &prices).ends_with("1.204s  gpt-4o-mini  est. $0.0002"));
+        assert_eq!(call_json(&call, &prices)["model"], "gpt-4o-mini");
+        let cost = call_json(&call, &prices)["estimated_cost_usd"]
+            .as_f64()
+            .unwrap();
+        assert!((cost - 0.000_207_6).abs() < 1e-12, "{cost}");
+        assert!(call_json(&call, &none).get("estimated_cost_usd").is_none());
+        let old = LedgerCall {
+            model: None,
+            ..call.clone()
+        };
+        assert!(call_line(&old, &prices).ends_with("1.204s  unknown model  no price"));
+        assert_eq!(call_json(&old, &prices)["model"], serde_json::Value::Null);
+        assert_eq!(
+            call_json(&old, &prices)["estimated_cost_usd"],
+            serde_json::Value::Null
         );
         let in_flight = LedgerCall {
             ended_at_ms: None,
@@ -487,9 +671,11 @@ mod tests {
             completion_tokens: None,
             ..call.clone()
         };
-        assert!(call_line(&in_flight).ends_with("HTTP -    - tokens  not finished"));
-        let header = call_header();
-        let line = call_line(&call);
+        assert!(
+            call_line(&in_flight, &none).ends_with("HTTP -    - tokens  not finished  gpt-4o-mini")
+        );
+        let header = call_header(&none);
+        let line = call_line(&call, &none);
         for (column, value) in [
             ("CARD", "t_1234"),
             ("ORIGIN", "gateway"),
@@ -497,5 +683,101 @@ mod tests {
         ] {
             assert_eq!(header.find(column), line.find(value), "{header}\n{line}");
         }
+    }
+
+    #[test]
+    fn a_report_is_priced_per_model_and_summed() {
+        let model = |name: Option<&str>, calls, p, c| ModelUsage {
+            model: name.map(str::to_owned),
+            calls,
+            prompt_tokens: p,
+            completion_tokens: c,
+            estimated_cost_usd: None,
+        };
+        let mix = vec![
+            model(Some("big"), 2, 1_000_000, 100_000),
+            model(Some("free-tier"), 1, 500, 50),
+            model(None, 3, 900, 90),
+        ];
+        let card = CardUsage {
+            task_id: "t_1".to_owned(),
+            title: None,
+            status: None,
+            calls: 6,
+            ok: 6,
+            failed: 0,
+            unknown: 0,
+            unreachable: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            attempts: 1,
+            parked: false,
+            last_call_at: None,
+            models: mix.clone(),
+            estimated_cost_usd: None,
+            unpriced_calls: None,
+        };
+        let mut report = UsageReport {
+            since: None,
+            totals: UsageTotals {
+                models: mix,
+                ..UsageTotals::default()
+            },
+            window: crate::store::UsageWindow {
+                calls_last_hour: 0,
+                limit: 1,
+            },
+            pause: None,
+            unreachable: None,
+            cards: vec![card],
+        };
+        let unpriced = report.clone();
+        price_report(&mut report, &Prices::new());
+        assert_eq!(report, unpriced, "no prices: no estimate at all");
+
+        let mut prices = Prices::new();
+        prices.insert(
+            "big".to_owned(),
+            Price {
+                input: 3.0,
+                output: 15.0,
+            },
+        );
+        price_report(&mut report, &prices);
+        let card = &report.cards[0];
+        // 1M prompt tokens at $3 + 100k completion tokens at $15.
+        assert_eq!(card.estimated_cost_usd, Some(4.5));
+        assert_eq!(card.unpriced_calls, Some(4));
+        assert_eq!(card.models[0].estimated_cost_usd, Some(Some(4.5)));
+        assert_eq!(card.models[1].estimated_cost_usd, Some(None));
+        assert_eq!(report.totals.estimated_cost_usd, Some(4.5));
+        assert_eq!(
+            cost_text(card.estimated_cost_usd, card.unpriced_calls).as_deref(),
+            Some("est. $4.5000 (+4 calls with no price)")
+        );
+        assert_eq!(
+            cost_text(Some(0.0123), Some(0)).as_deref(),
+            Some("est. $0.0123")
+        );
+        assert_eq!(cost_text(None, None), None);
+        assert_eq!(
+            models_line(&report.totals.models).as_deref(),
+            Some(
+                "by model: big 2 calls, 1000000+100000 tokens, est. $4.5000; free-tier 1 call, \
+                 500+50 tokens, no price; unknown model 3 calls, 900+90 tokens, no price"
+            )
+        );
+        assert_eq!(
+            card_models(&report.cards[0].models),
+            "big,free-tier,unknown model"
+        );
+    }
+
+    #[test]
+    fn notes_appear_only_when_they_apply() {
+        assert!(notes(false, false).is_empty());
+        assert_eq!(notes(true, false).len(), 1);
+        assert!(notes(true, false)[0].starts_with("(unknown model: "));
+        assert!(notes(false, true)[0].contains("kanban.prices"));
     }
 }

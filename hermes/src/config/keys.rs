@@ -26,6 +26,7 @@ const KANBAN_OURS: &[&str] = &[
     "decompose_max_children",
     "decompose_calls_per_hour",
     "provider_cooldown_seconds",
+    "prices",
 ];
 
 /// `kanban.*` keys upstream's default config defines or its code reads.

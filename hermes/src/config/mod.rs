@@ -10,6 +10,7 @@
 
 mod decomposer;
 mod keys;
+mod prices;
 #[cfg(test)]
 mod tests;
 
@@ -18,6 +19,7 @@ pub use decomposer::{
     KeySource, OPENAI_BASE_URL,
 };
 pub use keys::{ConfigWarning, WarningLog};
+pub use prices::{format_cost, Price, Prices, PRICES_KEY};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -223,6 +225,9 @@ pub struct KanbanConfig {
     pub decompose_calls_per_hour: u32,
     /// Board-wide pause after 401/402/403 from the provider.
     pub provider_cooldown: Duration,
+    /// `kanban.prices`: USD per million tokens by model, for `kanban usage`'s estimates. Empty
+    /// when none are configured (then no cost is shown at all).
+    pub prices: Prices,
 }
 
 /// Upper bound on `auxiliary.transient_retries`; larger values are clamped to it, as upstream
@@ -416,6 +421,7 @@ impl Default for KanbanConfig {
             decompose_max_children: DEFAULT_MAX_CHILDREN,
             decompose_calls_per_hour: DEFAULT_CALLS_PER_HOUR,
             provider_cooldown: Duration::from_secs(DEFAULT_PROVIDER_COOLDOWN_SECS),
+            prices: Prices::new(),
         }
     }
 }
@@ -716,6 +722,7 @@ impl Reader<'_> {
             provider_cooldown: self
                 .seconds(&s, &PROVIDER_COOLDOWN)?
                 .unwrap_or(d.provider_cooldown),
+            prices: prices::read(self, &s)?,
         })
     }
 

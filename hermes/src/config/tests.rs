@@ -592,3 +592,101 @@ fn only_a_regular_file_within_the_size_limit_is_read_as_config() {
     let latin1 = read_config_file(&path).unwrap_err();
     assert!(matches!(latin1, ConfigError::Read { .. }), "{latin1:?}");
 }
+
+#[test]
+fn prices_are_read_per_model() {
+    assert!(parse("").unwrap().kanban.prices.is_empty());
+    let c = parse(
+        "kanban:\n  prices:\n    gpt-4o-mini: {input: 0.15, output: 0.6}\n    \
+         local/llama: {input: 0, output: 0}\n    big:\n      input: 3\n      output: 15\n",
+    )
+    .unwrap();
+    let p = &c.kanban.prices;
+    assert_eq!(p.len(), 3);
+    assert_eq!(
+        p["gpt-4o-mini"],
+        Price {
+            input: 0.15,
+            output: 0.6
+        }
+    );
+    assert_eq!(
+        p["local/llama"],
+        Price {
+            input: 0.0,
+            output: 0.0
+        }
+    );
+    assert_eq!(p["big"].output, 15.0);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // An empty mapping, or none, is no prices.
+    assert!(parse("kanban:\n  prices: {}\n")
+        .unwrap()
+        .kanban
+        .prices
+        .is_empty());
+    assert!(parse("kanban:\n  prices:\n")
+        .unwrap()
+        .kanban
+        .prices
+        .is_empty());
+}
+
+#[test]
+fn bad_prices_name_the_key() {
+    for (yaml, expected) in [
+        (
+            "kanban:\n  prices: 3\n",
+            "/h/config.yaml: kanban.prices: expected a mapping of model name",
+        ),
+        (
+            "kanban:\n  prices:\n    m: 0.5\n",
+            "kanban.prices.m: expected {input: USD, output: USD} per million tokens, got 0.5",
+        ),
+        (
+            "kanban:\n  prices:\n    m: {input: -1, output: 1}\n",
+            "kanban.prices.m.input: expected a non-negative number (USD per million tokens), got -1",
+        ),
+        (
+            "kanban:\n  prices:\n    m: {input: 1, output: .nan}\n",
+            "kanban.prices.m.output: expected a non-negative number",
+        ),
+        (
+            "kanban:\n  prices:\n    m: {input: 1, output: .inf}\n",
+            "kanban.prices.m.output: expected a non-negative number",
+        ),
+        (
+            "kanban:\n  prices:\n    m: {input: '1', output: 1}\n",
+            "kanban.prices.m.input: expected a non-negative number (USD per million tokens), \
+             got \"1\"",
+        ),
+        (
+            "kanban:\n  prices:\n    m: {input: 1}\n",
+            "kanban.prices.m.output: missing",
+        ),
+        (
+            "kanban:\n  prices:\n    m: {input: 1, output: 2, cached: 0.5}\n",
+            "kanban.prices.m: unknown field \"cached\"; a price has only input and output",
+        ),
+        (
+            "kanban:\n  prices:\n    7: {input: 1, output: 2}\n",
+            "kanban.prices: a model name must be a string, got 7",
+        ),
+    ] {
+        let e = err(yaml);
+        assert!(e.contains(expected), "{yaml:?}: {e}");
+    }
+}
+
+#[test]
+fn a_misspelt_prices_key_is_still_hinted() {
+    let c = parse("kanban:\n  price:\n    m: {input: 1, output: 2}\n").unwrap();
+    assert!(c.kanban.prices.is_empty());
+    let hints: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        hints
+            .iter()
+            .any(|w| w.contains("kanban.price:") && w.contains("did you mean kanban.prices?")),
+        "{hints:?}"
+    );
+}

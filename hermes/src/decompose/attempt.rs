@@ -575,6 +575,7 @@ impl Tries<'_> {
                 // unless a person forced this attempt past them.
                 guards: (!self.forced).then_some(cfg.kanban.decompose_calls_per_hour),
                 fence: Some(self.ticket.lease.clone()),
+                model: Some(self.ctx.client.model().to_owned()),
             };
             let ledger_id = match self
                 .store

@@ -63,6 +63,7 @@ fn open_row(store: &mut Store, task_id: &str, attempt: u32, at: i64) -> i64 {
     store
         .ledger_open(&LedgerOpen {
             fence: None,
+            model: None,
             task_id: task_id.into(),
             origin: Origin::Gateway,
             attempt,
@@ -584,6 +585,7 @@ fn no_automatic_request_leaves_once_the_board_is_paused(#[case] how: &str) {
     }
     let open = LedgerOpen {
         fence: None,
+        model: None,
         task_id: id.clone(),
         origin: Origin::Gateway,
         attempt: 1,
@@ -600,6 +602,7 @@ fn no_automatic_request_leaves_once_the_board_is_paused(#[case] how: &str) {
     // A person's request is theirs to send.
     let manual = LedgerOpen {
         fence: None,
+        model: None,
         origin: Origin::Manual,
         guards: None,
         ..open
@@ -786,6 +789,7 @@ fn an_attempt_whose_claim_was_taken_over_writes_nothing_more() {
         store
             .ledger_open(&LedgerOpen {
                 fence: fence.clone(),
+                model: None,
                 task_id: id.clone(),
                 origin: Origin::Gateway,
                 attempt: mine.attempt,

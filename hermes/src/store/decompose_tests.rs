@@ -135,6 +135,7 @@ fn ledger_of_attempt(store: &mut Store, task_id: &str, attempt: u32, started_at_
     store
         .ledger_open(&LedgerOpen {
             fence: None,
+            model: None,
             task_id: task_id.into(),
             origin: Origin::Gateway,
             attempt,
@@ -1450,6 +1451,7 @@ fn every_request_gets_a_row_opened_before_and_closed_after() {
     let now = now_ms();
     let open = |try_no| LedgerOpen {
         fence: None,
+        model: None,
         task_id: id.clone(),
         origin: Origin::Sweep,
         attempt: 1,
@@ -1527,6 +1529,7 @@ fn the_ceiling_refuses_a_request_at_the_limit_and_forgets_calls_older_than_an_ho
     ledger(&mut store, "t_00000001", now - HOUR_MS + 1_000);
     let open = LedgerOpen {
         fence: None,
+        model: None,
         task_id: "t_00000002".into(),
         origin: Origin::Gateway,
         attempt: 1,
@@ -1545,6 +1548,7 @@ fn the_ceiling_refuses_a_request_at_the_limit_and_forgets_calls_older_than_an_ho
     // Without enforcement (a person's choice) the row is written whatever the count.
     let manual = LedgerOpen {
         fence: None,
+        model: None,
         guards: None,
         ..open.clone()
     };
@@ -1552,6 +1556,7 @@ fn the_ceiling_refuses_a_request_at_the_limit_and_forgets_calls_older_than_an_ho
     // Once the older call leaves the window, the same request fits again.
     let later = LedgerOpen {
         fence: None,
+        model: None,
         started_at_ms: now + 2_000,
         guards: Some(3),
         ..open
@@ -1602,7 +1607,17 @@ fn usage_totals_cards_window_and_pause() {
             unknown: 0,
             unreachable: 0,
             prompt_tokens: 100,
-            completion_tokens: 20
+            completion_tokens: 20,
+            // The rows here name no model, as rows from before the ledger recorded it.
+            models: vec![ModelUsage {
+                model: None,
+                calls: 5,
+                prompt_tokens: 100,
+                completion_tokens: 20,
+                estimated_cost_usd: None,
+            }],
+            estimated_cost_usd: None,
+            unpriced_calls: None,
         },
         "an in-flight call is paid for but neither ok nor failed yet"
     );

@@ -27,6 +27,8 @@ pub struct LedgerOpen {
     /// The attempt's lease: no row is opened (no request leaves) once another attempt took the
     /// card over. `None` only outside an attempt (tests, tools).
     pub fence: Option<String>,
+    /// The model the request names, so the bill says what each call was priced as.
+    pub model: Option<String>,
 }
 
 /// How a ledger row's request ended.
@@ -63,7 +65,7 @@ fn is_zero(n: &u64) -> bool {
 /// Totals over the report's period. `calls` are the requests that may have been billed: `ok`,
 /// `failed`, `unknown` and any still in flight. Requests that never reached the provider are not
 /// among them; they are `unreachable`. The two extra counts appear only when non-zero.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct UsageTotals {
     pub calls: u64,
     pub ok: u64,
@@ -76,6 +78,28 @@ pub struct UsageTotals {
     pub unreachable: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// The same calls by the model they named.
+    pub models: Vec<ModelUsage>,
+    /// With `kanban.prices`: the estimated cost of the calls whose model has a price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_cost_usd: Option<f64>,
+    /// With `kanban.prices`: the calls whose model has no price (not in the estimate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unpriced_calls: Option<u64>,
+}
+
+/// Calls that named one model (or, `model: None`, calls from before the ledger recorded it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ModelUsage {
+    pub model: Option<String>,
+    pub calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// With `kanban.prices`: the estimate, or null when this model has no price. Absent when no
+    /// prices are configured.
+    #[allow(clippy::option_option)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_cost_usd: Option<Option<f64>>,
 }
 
 /// The hourly ceiling's state now.
@@ -112,6 +136,14 @@ pub struct CardUsage {
     pub parked: bool,
     /// Unix seconds of the card's latest call.
     pub last_call_at: Option<f64>,
+    /// The card's calls by the model they named.
+    pub models: Vec<ModelUsage>,
+    /// With `kanban.prices`: the estimated cost of the calls whose model has a price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_cost_usd: Option<f64>,
+    /// With `kanban.prices`: the calls whose model has no price (not in the estimate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unpriced_calls: Option<u64>,
 }
 
 impl Store {
@@ -138,14 +170,15 @@ impl Store {
             }
             tx.execute(
                 "INSERT INTO hermes_aux_ledger
-                     (task_id, purpose, origin, attempt, try, started_at_ms, outcome)
-                 VALUES (?1, 'decompose', ?2, ?3, ?4, ?5, 'in_flight')",
+                     (task_id, purpose, origin, attempt, try, started_at_ms, outcome, model)
+                 VALUES (?1, 'decompose', ?2, ?3, ?4, ?5, 'in_flight', ?6)",
                 params![
                     open.task_id,
                     open.origin.as_str(),
                     open.attempt,
                     open.try_no,
-                    open.started_at_ms
+                    open.started_at_ms,
+                    open.model
                 ],
             )
             .sql("opening a ledger row")?;
@@ -229,11 +262,56 @@ impl Store {
                         attempts: lenient::count_u32(r, 10)?.unwrap_or(0),
                         parked: r.get(11)?,
                         last_call_at: lenient::int(r, 12)?.map(|ms| ms as f64 / 1000.0),
+                        models: Vec::new(),
+                        estimated_cost_usd: None,
+                        unpriced_calls: None,
                     })
                 })
                 .sql("reading the ledger")?;
-            let cards: Vec<CardUsage> = rows.collect::<Result<_, _>>().sql("reading the ledger")?;
-            let totals = cards.iter().fold(UsageTotals::default(), |mut t, c| {
+            let mut cards: Vec<CardUsage> =
+                rows.collect::<Result<_, _>>().sql("reading the ledger")?;
+            let mut by_model = conn
+                .prepare(
+                    // As above, token sums in two halves.
+                    "SELECT l.task_id, l.model,
+                            SUM(l.outcome != 'unreachable'),
+                            SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) >> 32),
+                            SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) & 4294967295),
+                            SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
+                            SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295)
+                     FROM hermes_aux_ledger l
+                     WHERE l.started_at_ms >= ?1
+                     GROUP BY l.task_id, l.model
+                     HAVING SUM(l.outcome != 'unreachable') > 0
+                     ORDER BY l.task_id, l.model",
+                )
+                .sql("reading the ledger")?;
+            let groups = by_model
+                .query_map([since], |r| {
+                    Ok((
+                        lenient::text(r, 0)?.unwrap_or_default(),
+                        ModelUsage {
+                            model: lenient::text(r, 1)?,
+                            calls: count(r.get(2)?),
+                            prompt_tokens: halves(r.get(3)?, r.get(4)?),
+                            completion_tokens: halves(r.get(5)?, r.get(6)?),
+                            estimated_cost_usd: None,
+                        },
+                    ))
+                })
+                .sql("reading the ledger")?;
+            let at: std::collections::HashMap<String, usize> = cards
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.task_id.clone(), i))
+                .collect();
+            for group in groups {
+                let (task_id, usage) = group.sql("reading the ledger")?;
+                if let Some(&i) = at.get(&task_id) {
+                    cards[i].models.push(usage);
+                }
+            }
+            let mut totals = cards.iter().fold(UsageTotals::default(), |mut t, c| {
                 t.calls = t.calls.saturating_add(c.calls);
                 t.ok = t.ok.saturating_add(c.ok);
                 t.failed = t.failed.saturating_add(c.failed);
@@ -243,6 +321,18 @@ impl Store {
                 t.completion_tokens = saturated_tokens(t.completion_tokens, c.completion_tokens);
                 t
             });
+            for usage in cards.iter().flat_map(|c| &c.models) {
+                match totals.models.iter_mut().find(|m| m.model == usage.model) {
+                    Some(m) => {
+                        m.calls = m.calls.saturating_add(usage.calls);
+                        m.prompt_tokens = saturated_tokens(m.prompt_tokens, usage.prompt_tokens);
+                        m.completion_tokens =
+                            saturated_tokens(m.completion_tokens, usage.completion_tokens);
+                    }
+                    None => totals.models.push(usage.clone()),
+                }
+            }
+            totals.models.sort_by(|a, b| a.model.cmp(&b.model));
             let in_force = |pause: Option<super::Pause>| {
                 pause.filter(|p| p.until_ms > now_ms).map(|p| UsagePause {
                     until: p.until_ms as f64 / 1000.0,

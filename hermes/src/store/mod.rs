@@ -44,7 +44,8 @@ pub use files::{BoardFiles, BoardPart, FileChange, FileId};
 pub use guards::{AutoGate, Pause, HOUR_MS};
 pub use handle::{BoardError, BoardFile, BoardHandle};
 pub use ledger::{
-    CardUsage, LedgerClose, LedgerOpen, UsagePause, UsageReport, UsageTotals, UsageWindow,
+    CardUsage, LedgerClose, LedgerOpen, ModelUsage, UsagePause, UsageReport, UsageTotals,
+    UsageWindow,
 };
 pub use recovery::{
     AutoDecomposeSwitch, CallFilter, ClearedPause, LedgerCall, ResumeRecord, UnparkRefusal,

@@ -114,6 +114,8 @@ pub struct LedgerCall {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub detail: Option<String>,
+    /// The model the request named; `None` on rows from before the ledger recorded it.
+    pub model: Option<String>,
 }
 
 impl Store {
@@ -366,7 +368,7 @@ fn calls(conn: &Connection, filter: &CallFilter) -> Result<Vec<LedgerCall>, Stor
     let mut stmt = conn
         .prepare(
             "SELECT id, task_id, origin, attempt, try, started_at_ms, ended_at_ms, outcome,
-                    http_status, prompt_tokens, completion_tokens, detail
+                    http_status, prompt_tokens, completion_tokens, detail, model
              FROM hermes_aux_ledger
              WHERE (?1 IS NULL OR task_id = ?1) AND started_at_ms >= ?2
              ORDER BY started_at_ms, id",
@@ -390,6 +392,7 @@ fn calls(conn: &Connection, filter: &CallFilter) -> Result<Vec<LedgerCall>, Stor
                     prompt_tokens: lenient::count_u64(r, 9)?,
                     completion_tokens: lenient::count_u64(r, 10)?,
                     detail: lenient::text(r, 11)?,
+                    model: lenient::text(r, 12)?,
                 })
             },
         )
@@ -630,6 +633,7 @@ mod tests {
             let row = store
                 .ledger_open(&LedgerOpen {
                     fence: None,
+                    model: None,
                     task_id: card.clone(),
                     origin: Origin::Gateway,
                     attempt: 1,

@@ -173,6 +173,7 @@ mod tests {
                 started_at_ms: now + day,
                 guards: None,
                 fence: None,
+                model: None,
             })
             .unwrap()
             .unwrap();

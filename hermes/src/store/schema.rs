@@ -194,6 +194,9 @@ pub(crate) const TABLES: &[Table] = &[
             "prompt_tokens" "INTEGER",
             "completion_tokens" "INTEGER",
             "detail" "TEXT",
+            // The model the request named, recorded as it leaves; NULL on rows written before
+            // this column existed (added to such boards in place, old rows left unknown).
+            "model" "TEXT",
         ],
         constraints: &[],
     },

@@ -642,6 +642,81 @@ fn migration_is_additive_on_an_older_board() {
 }
 
 #[test]
+fn a_ledger_from_before_models_were_recorded_gains_the_column_and_reads_as_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("kanban.db");
+    {
+        // A ledger as this gateway wrote it before it had a `model` column.
+        let old = Connection::open(&db).unwrap();
+        old.execute_batch(
+            "CREATE TABLE hermes_aux_ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT,
+                 purpose TEXT NOT NULL, origin TEXT NOT NULL, attempt INTEGER,
+                 try INTEGER NOT NULL DEFAULT 1, started_at_ms INTEGER NOT NULL,
+                 ended_at_ms INTEGER, outcome TEXT NOT NULL, http_status INTEGER,
+                 prompt_tokens INTEGER, completion_tokens INTEGER, detail TEXT);
+             INSERT INTO hermes_aux_ledger (task_id, purpose, origin, attempt, try, started_at_ms,
+                 ended_at_ms, outcome, http_status, prompt_tokens, completion_tokens)
+             VALUES ('t_0000aaaa', 'decompose', 'manual', 1, 1, 1000, 2000, 'ok', 200, 120, 30);",
+        )
+        .unwrap();
+    }
+    let mut store = Store::open(&db).unwrap();
+    assert_eq!(
+        count(
+            &store.conn,
+            "SELECT count(*) FROM pragma_table_info('hermes_aux_ledger') WHERE name = 'model'"
+        ),
+        1
+    );
+    let calls = store.calls(&CallFilter::default()).unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].model, None);
+    assert_eq!(calls[0].prompt_tokens, Some(120));
+
+    // A row opened now records its model beside the old one's unknown.
+    let id = store
+        .create_task(&NewTask {
+            title: "new".into(),
+            triage: true,
+            ..NewTask::default()
+        })
+        .unwrap()
+        .id;
+    store
+        .ledger_open(&LedgerOpen {
+            task_id: id.clone(),
+            origin: Origin::Manual,
+            attempt: 1,
+            try_no: 1,
+            started_at_ms: 3000,
+            guards: None,
+            fence: None,
+            model: Some("gpt-4o-mini".into()),
+        })
+        .unwrap()
+        .unwrap();
+    let models: Vec<Option<String>> = store
+        .calls(&CallFilter::default())
+        .unwrap()
+        .into_iter()
+        .map(|c| c.model)
+        .collect();
+    assert_eq!(models, [None, Some("gpt-4o-mini".to_owned())]);
+    let usage = store.usage(None, 4000, 10).unwrap();
+    let totals: Vec<(Option<&str>, u64)> = usage
+        .totals
+        .models
+        .iter()
+        .map(|m| (m.model.as_deref(), m.calls))
+        .collect();
+    assert_eq!(totals, [(None, 1), (Some("gpt-4o-mini"), 1)]);
+    assert_eq!(usage.totals.models[0].prompt_tokens, 120);
+    let card = usage.cards.iter().find(|c| c.task_id == id).unwrap();
+    assert_eq!(card.models.len(), 1);
+    assert_eq!(card.models[0].model.as_deref(), Some("gpt-4o-mini"));
+}
+
+#[test]
 fn a_missing_key_column_is_a_schema_error_not_a_rewrite() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("kanban.db");

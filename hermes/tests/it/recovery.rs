@@ -115,11 +115,14 @@ fn parked_cards_are_listed_marked_and_shown_with_their_fix() {
     let usage = s.ok(&["kanban", "usage"]).stdout;
     assert!(usage.starts_with("1 paid call (0 ok, 1 failed)"), "{usage}");
     assert!(
-        usage.contains("model: fake-model (as configured now; the ledger does not record"),
+        usage.contains("\nby model: fake-model 1 call, 0+0 tokens\n"),
         "{usage}"
     );
+    assert!(!usage.contains("unknown model"), "{usage}");
     assert!(
-        usage.contains("1 call (0 ok, 1 failed)  1 attempt on the current budget, PARKED"),
+        usage.contains(
+            "1 call (0 ok, 1 failed)  1 attempt on the current budget, PARKED  fake-model  poison"
+        ),
         "{usage}"
     );
     assert!(
@@ -142,11 +145,11 @@ fn parked_cards_are_listed_marked_and_shown_with_their_fix() {
     let calls = s.ok(&["kanban", "usage", "--calls"]);
     assert_eq!(calls.stdout.lines().count(), 2, "{calls:?}");
     assert!(
-        calls
-            .stderr
-            .contains("hermes: model: fake-model (as configured now"),
+        calls.stdout.lines().all(|l| l.ends_with("  fake-model")),
         "{calls:?}"
     );
+    // Every call has its model and no prices are configured: nothing to explain.
+    assert_eq!(calls.stderr, "", "{calls:?}");
 }
 
 #[test]
@@ -398,4 +401,126 @@ fn usage_calls_lists_every_paid_call() {
         let out = s.run(&bad_args);
         assert_eq!(out.code, Some(2), "{bad_args:?}: {out:?}");
     }
+}
+
+#[test]
+fn usage_shows_each_calls_model_and_its_estimated_cost() {
+    let provider = fake_provider(single_task_reply());
+    // $2 per million prompt tokens and $10 per million completion tokens: a call of 120+30
+    // tokens costs 0.00024 + 0.0003 = $0.00054.
+    let s = board(
+        &provider,
+        "  prices:\n    fake-model: {input: 2, output: 10}\n    other: {input: 1, output: 1}\n",
+    );
+    let card = s.create("priced", &["--triage"]);
+    s.ok(&["kanban", "decompose", &card, "--json"]);
+    // A row an older build wrote: no model recorded.
+    let conn = rusqlite::Connection::open(s.db()).unwrap();
+    conn.execute(
+        "INSERT INTO hermes_aux_ledger (task_id, purpose, origin, attempt, try, started_at_ms,
+             ended_at_ms, outcome, http_status, prompt_tokens, completion_tokens)
+         VALUES (?1, 'decompose', 'manual', 1, 1, 1000, 2000, 'ok', 200, 500, 50)",
+        [&card],
+    )
+    .unwrap();
+    drop(conn);
+
+    let out = s.run(&["kanban", "usage", "--calls", "--json"]);
+    assert!(out.success(), "{out:?}");
+    let calls: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(calls.len(), 2, "{}", out.stdout);
+    assert_eq!(calls[0]["model"], Value::Null);
+    assert_eq!(calls[0]["estimated_cost_usd"], Value::Null);
+    assert_eq!(calls[1]["model"], "fake-model");
+    let cost = calls[1]["estimated_cost_usd"].as_f64().unwrap();
+    assert!((cost - 0.000_54).abs() < 1e-12, "{cost}");
+
+    let text = s.ok(&["kanban", "usage", "--calls"]);
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert!(
+        lines[0].ends_with("500+50 tokens  1.000s  unknown model  no price"),
+        "{text:?}"
+    );
+    assert!(
+        lines[1].contains("120+30 tokens") && lines[1].ends_with("  fake-model  est. $0.0005"),
+        "{text:?}"
+    );
+    assert!(text.stderr.contains("hermes: (unknown model: "), "{text:?}");
+    assert!(
+        text.stderr.contains("estimated from kanban.prices"),
+        "{text:?}"
+    );
+
+    let usage = s.ok(&["kanban", "usage"]).stdout;
+    assert!(
+        usage.starts_with(
+            "2 paid calls (2 ok, 0 failed), 620 prompt + 80 completion tokens, est. $0.0005 \
+             (+1 call with no price)"
+        ),
+        "{usage}"
+    );
+    assert!(
+        usage.contains(
+            "\nby model: unknown model 1 call, 500+50 tokens, no price; fake-model 1 call, \
+             120+30 tokens, est. $0.0005\n"
+        ),
+        "{usage}"
+    );
+    assert!(
+        usage.contains("  unknown model,fake-model  est. $0.0005 (+1 call with no price)  done"),
+        "{usage}"
+    );
+    assert!(usage.contains("(unknown model: "), "{usage}");
+
+    let json = s.json(&["kanban", "usage", "--json"]);
+    assert_eq!(json["totals"]["unpriced_calls"], 1);
+    assert!((json["totals"]["estimated_cost_usd"].as_f64().unwrap() - 0.000_54).abs() < 1e-12);
+    let models = &json["cards"][0]["models"];
+    assert_eq!(models[0]["model"], Value::Null);
+    assert_eq!(models[0]["estimated_cost_usd"], Value::Null);
+    assert_eq!(models[1]["model"], "fake-model");
+    assert_eq!(models[1]["calls"], 1);
+    assert_eq!(models[1]["prompt_tokens"], 120);
+
+    // Without prices there is no cost anywhere.
+    let plain = board(&provider, "");
+    let card = plain.create("unpriced", &["--triage"]);
+    plain.ok(&["kanban", "decompose", &card, "--json"]);
+    let usage = plain.ok(&["kanban", "usage"]).stdout;
+    assert!(
+        !usage.contains("est.") && !usage.contains("no price"),
+        "{usage}"
+    );
+    let calls = plain.ok(&["kanban", "usage", "--calls", "--json"]).stdout;
+    let call: Value = serde_json::from_str(calls.trim()).unwrap();
+    assert_eq!(call["model"], "fake-model");
+    assert!(call.get("estimated_cost_usd").is_none(), "{call}");
+}
+
+#[test]
+fn a_bad_price_is_named_and_usage_still_reads_the_ledger() {
+    let provider = fake_provider(single_task_reply());
+    let s = board(
+        &provider,
+        "  prices:\n    fake-model: {input: -2, output: 10}\n",
+    );
+    let card = s.create("priced", &["--triage"]);
+    let out = s.run(&["kanban", "decompose", &card]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("kanban.prices.fake-model.input: expected a non-negative number"),
+        "{out:?}"
+    );
+    assert_eq!(provider.billed_for(&card), 0);
+    let usage = s.run(&["kanban", "usage"]);
+    assert!(usage.success(), "{usage:?}");
+    assert!(
+        usage.stderr.contains("kanban.prices.fake-model.input"),
+        "{usage:?}"
+    );
 }

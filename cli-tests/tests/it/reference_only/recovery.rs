@@ -84,7 +84,7 @@ fn shape(value: &Value, fields: &[(&str, Kind)]) -> Result<(), String> {
 }
 
 /// The `--json` keys of `kanban usage --calls`, one object per paid call.
-const CALL_FIELDS: [(&str, Kind); 12] = [
+const CALL_FIELDS: [(&str, Kind); 13] = [
     ("id", Kind::Integer),
     ("started_at", Kind::Number),
     ("task_id", Kind::TextOrNull),
@@ -97,6 +97,7 @@ const CALL_FIELDS: [(&str, Kind); 12] = [
     ("completion_tokens", Kind::IntegerOrNull),
     ("duration_ms", Kind::IntegerOrNull),
     ("detail", Kind::TextOrNull),
+    ("model", Kind::TextOrNull),
 ];
 
 fn unix_secs_now() -> f64 {
