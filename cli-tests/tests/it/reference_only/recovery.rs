@@ -229,6 +229,46 @@ fn unpark_gives_a_parked_card_a_fresh_budget_and_a_sweep_decomposes_it_with_one_
     );
 }
 
+/// A card that failed more often than the default budget allows, under a config that allows
+/// more, has not spent its budget: `unpark` refuses and resets nothing. An unpark that judged by
+/// the default budget (3) would hand it a fresh one, and with it more paid attempts (B1).
+#[rstest]
+fn unpark_judges_a_card_by_the_configured_budget(
+    #[with(Config::plain().max_attempts(5).backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    let card = board.create("an idea the model failed three times", &["--triage"]);
+    aux.reply(&card, Reply::malformed());
+    for _ in 0..3 {
+        decompose_all(&board);
+    }
+    let before = shown_decompose_state(&board, &card);
+    let unpark = board.cli_unchecked(["kanban", "unpark", card.as_str(), "--json"]);
+    let after = shown_decompose_state(&board, &card);
+
+    judge_exit_code(
+        "`kanban unpark` of a card with budget left under the configured maximum",
+        &unpark,
+        1,
+    );
+    Findings::new()
+        .equal(
+            "attempts before (3 failed, of 5)",
+            &before["attempts"],
+            &json!(3),
+        )
+        .equal("attempts after", &after["attempts"], &before["attempts"])
+        .equal("parked after", &after["parked"], &json!(false))
+        .equal(
+            "decompose_unparked events",
+            &board.rows().events(&card, "decompose_unparked").len(),
+            &0,
+        )
+        .verdict("unpark leaves the budget of a card that has not spent it")
+        .context(|| format!("{unpark}\n{}", board.diag(&card)))
+        .gap(GapKind::RecoveryFailed);
+}
+
 /// A card `unpark` must refuse: why, and the words its refusal names.
 #[derive(Debug, Clone, Copy)]
 enum Unparkable {
