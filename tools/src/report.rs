@@ -385,6 +385,7 @@ impl Report {
         for run in &self.runs {
             let _ = write!(out, "  {:<column$}", run.name);
         }
+        out = out.trim_end().to_owned();
         out.push('\n');
         for ((label, _, _), row) in BOUNDS.iter().zip(&cells) {
             if row.iter().all(|cell| cell == NO_VERDICTS) {
