@@ -94,6 +94,9 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
     }
     let bills = aux.billed_for(&card);
     let is_parked = parked(&board, &card);
+    // The restarted gateway's own lines: the park it found owes one WARN there, which the
+    // oracle excuses once any process of the run was killed.
+    let restarted_log = gateway.log_since_start();
     drop(gateway);
 
     bound("bills for a card killed during its last attempt", bills)
@@ -112,6 +115,19 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
         .context(|| board.diag(&card))
         .provided(&long_backoff_first)
         .gap(GapKind::BudgetNotPersisted);
+        let warned = fixtures::gateway::parked_warnings(&restarted_log)
+            .iter()
+            .filter(|warned| **warned == card)
+            .count();
+        holds(
+            "the restarted gateway gives the abandoned card it parked one WARN",
+            is_parked && warned == 1,
+        )
+        .over(&window)
+        .note(|| format!("parked: {is_parked}; {warned} parked WARN line(s) since the restart"))
+        .context(|| restarted_log.clone())
+        .provided(&long_backoff_first)
+        .gap(GapKind::ParkUnreported);
     }
 }
 
