@@ -9,7 +9,7 @@ use fixtures::prelude::*;
 use nix::sys::signal::Signal;
 use rstest::rstest;
 
-use crate::support::{rebill_note, span_of_ticks, start_gateway};
+use crate::support::{rebill_note, span_of_ticks};
 use crate::{MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// How long the provider holds the third attempt's call: far longer than it takes to kill the
@@ -51,15 +51,9 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
         ],
     );
 
-    let mut window = Window::start();
-    let mut gateway = start_gateway(&board);
-    window.bills(
-        &board,
-        &gateway,
-        2,
-        || aux.billed_for(&card),
-        "the card's second paid call",
-    );
+    let mut run = board.scenario();
+    run.start()
+        .bills(2, || aux.billed_for(&card), "the card's second paid call");
     board.reconfigure(Config::gateway().backoff(LONG_BACKOFF));
     second_failure.release();
     let long_backoff_first = aux
@@ -68,40 +62,37 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
         .map_err(|seen| {
             format!("the long backoff was not written during the second attempt: {seen}")
         });
-    window.bills(
-        &board,
-        &gateway,
+    run.bills(
         MAX_FAILED_ATTEMPTS,
         || aux.billed_for(&card),
         "the card's last paid call",
     );
-    if window.ok() {
-        let crash = gateway.kill9();
+    if run.window().ok() {
+        let crash = run.gateway().kill9();
         assert_eq!(crash.signal, Some(Signal::SIGKILL as i32), "{crash}");
         // From now on the provider fails at once: a target that bills the card again shows it
         // on every tick instead of hanging on it.
         aux.reply(&card, server_error());
-        gateway.restart();
+        run.restart();
         if board.reads(Setting::MaxAttempts) {
-            window.settle(
-                &gateway,
+            run.settle(
                 PARK_TIMEOUT,
                 "the card parked by the restarted gateway",
                 || parked(&board, &card),
             );
         }
-        window.prove_ticks(&board, &gateway, PROBE_TICKS);
+        run.prove_ticks(PROBE_TICKS);
     }
     let bills = aux.billed_for(&card);
     let is_parked = parked(&board, &card);
     // The restarted gateway's own lines: the park it found owes one WARN there, which the
     // oracle excuses once any process of the run was killed.
-    let restarted_log = gateway.log_since_start();
-    drop(gateway);
+    let restarted_log = run.gateway().log_since_start();
+    let seen = run.stop();
 
     bound("bills for a card killed during its last attempt", bills)
         .at_most(MAX_FAILED_ATTEMPTS)
-        .over(&window)
+        .over(&seen)
         .note(|| rebill_note(&board, &card, &[Setting::MaxAttempts, Setting::Backoff]))
         .context(|| board.diag(&card))
         .gap(GapKind::BudgetNotPersisted);
@@ -111,7 +102,7 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
             "the restarted gateway parks a card whose last attempt it found abandoned",
             is_parked,
         )
-        .over(&window)
+        .over(&seen)
         .context(|| board.diag(&card))
         .provided(&long_backoff_first)
         .gap(GapKind::BudgetNotPersisted);
@@ -123,7 +114,7 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
             "the restarted gateway gives the abandoned card it parked one WARN",
             is_parked && warned == 1,
         )
-        .over(&window)
+        .over(&seen)
         .note(|| format!("parked: {is_parked}; {warned} parked WARN line(s) since the restart"))
         .context(|| restarted_log.clone())
         .provided(&long_backoff_first)
@@ -148,11 +139,8 @@ fn a_budget_lowered_below_the_attempts_spent_parks_the_card_before_another_bill(
     let card = board.create("an idea the decomposer can never split", &["--triage"]);
     aux.reply(&card, Reply::malformed());
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.bills(
-        &board,
-        &gateway,
+    let mut run = board.scenario();
+    run.start().bills(
         BUDGET_AFTER as usize,
         || aux.billed_for(&card),
         "the card's second paid call",
@@ -165,22 +153,21 @@ fn a_budget_lowered_below_the_attempts_spent_parks_the_card_before_another_bill(
     // The card has spent the new budget but was never parked: the next time it is due, the
     // gateway must park it instead of paying for it.
     if board.reads(Setting::MaxAttempts) {
-        window.settle(
-            &gateway,
+        run.settle(
             Duration::from_secs(10),
             "the card parked under the lowered budget",
             || parked(&board, &card),
         );
     } else {
-        window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+        run.watch(span_of_ticks(target, PROBE_TICKS));
     }
-    window.prove_ticks(&board, &gateway, PROBE_TICKS);
+    run.prove_ticks(PROBE_TICKS);
     let bills = aux.billed_for(&card);
-    drop(gateway);
+    let seen = run.stop();
 
     bound("bills for a card whose budget was lowered to 2", bills)
         .at_most(BUDGET_AFTER)
-        .over(&window)
+        .over(&seen)
         .note(|| rebill_note(&board, &card, &[Setting::MaxAttempts, Setting::Backoff]))
         .context(|| board.diag(&card))
         .gap(GapKind::RebilledEveryTick);
@@ -205,23 +192,21 @@ fn a_failing_card_is_billed_exactly_its_attempt_budget(#[case] budget: u32) {
     let card = board.create("an idea the decomposer can never split", &["--triage"]);
     aux.reply(&card, Reply::malformed());
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
-        .first_bill(&board, &gateway, &card)
+    let mut run = board.scenario();
+    run.start()
+        .first_bill(&card)
         .settle(
-            &gateway,
             Duration::from_secs(10),
             &format!("{expected} bills for the card"),
             || aux.billed_for(&card) >= expected,
         )
-        .prove_ticks(&board, &gateway, PROBE_TICKS);
+        .prove_ticks(PROBE_TICKS);
     let bills = aux.billed_for(&card);
-    drop(gateway);
+    let seen = run.stop();
 
     bound("bills for a card that always fails", bills)
         .exactly(expected)
-        .over(&window)
+        .over(&seen)
         .note(|| rebill_note(&board, &card, &[Setting::MaxAttempts, Setting::Backoff]))
         .context(|| board.diag(&card))
         .gap(GapKind::RebilledEveryTick);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{start_gateway, STOP_GRACE};
+use crate::support::STOP_GRACE;
 use crate::PROBE_TICKS;
 
 /// What `config.yaml` is replaced with.
@@ -90,15 +90,14 @@ pub struct Outcome {
 /// stops it.
 pub fn run_with(board: &Board, what: NotAConfig) -> Outcome {
     let target = board.target();
-    let mut window = Window::start();
-    let gateway = start_gateway(board);
-    window.prove_ticks(board, &gateway, 1);
+    let mut run = board.scenario();
+    run.start().prove_ticks(1);
     replace_config(&board.config_path(), what);
-    let before = cpu_and_rss(gateway.pid());
+    let before = cpu_and_rss(run.gateway().pid());
     let started = Instant::now();
     let mut most_rss = 0;
     for probe in 0..PROBE_TICKS {
-        if !window.ok() {
+        if !run.window().ok() {
             break;
         }
         // Created without a harness panic: a target whose own CLI cannot run with this config
@@ -118,7 +117,7 @@ pub fn run_with(board: &Board, what: NotAConfig) -> Outcome {
             .then(|| created.json()["id"].as_str().map(str::to_owned))
             .flatten()
         else {
-            window.interrupt(
+            run.window_mut().interrupt(
                 Interruption::new(format!(
                     "`kanban create` failed with config.yaml replaced by {what:?} ({})",
                     created.code_text()
@@ -129,32 +128,29 @@ pub fn run_with(board: &Board, what: NotAConfig) -> Outcome {
             );
             break;
         };
-        window.left_triage(
-            board,
-            &gateway,
+        run.left_triage(
             std::slice::from_ref(&id),
             target.probe_timeout(),
             &format!("tick probe {probe} decomposed"),
         );
-        if let Some((_, rss)) = cpu_and_rss(gateway.pid()) {
+        if let Some((_, rss)) = cpu_and_rss(run.gateway().pid()) {
             most_rss = most_rss.max(rss);
         }
     }
-    let after = cpu_and_rss(gateway.pid());
+    let after = cpu_and_rss(run.gateway().pid());
     let cpu_share = match (before, after) {
         (Some((before, _)), Some((after, _))) => {
             after.saturating_sub(before).as_secs_f64() / started.elapsed().as_secs_f64().max(0.001)
         }
         _ => 0.0,
     };
-    let stop = gateway.stop();
-    let log = gateway.log();
+    let seen = run.stop();
     Outcome {
-        window,
         cpu_share,
         most_rss,
-        stop,
-        log,
+        stop: *seen.stopped(),
+        log: seen.log(),
+        window: seen.window,
     }
 }
 

@@ -8,8 +8,6 @@ use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 
-use crate::support::start_gateway;
-
 /// The model a user sets for decomposition: cheaper than the main model ([`MODEL_NAME`]).
 const DECOMPOSER_MODEL: &str = "cheap-small-model";
 
@@ -47,16 +45,13 @@ fn the_gateway_bills_with_the_decomposers_model_key_and_extra_body(
     let card = board.create("an idea for the decomposer's own model", &["--triage"]);
     aux.reply(&card, Reply::graph(2, &[]));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.left_triage(
-        &board,
-        &gateway,
+    let mut run = board.scenario();
+    run.start().left_triage(
         std::slice::from_ref(&card),
         board.target().first_bill_timeout(),
         "the card auto-decomposed",
     );
-    drop(gateway);
+    let seen = run.stop();
     let calls = aux.billed_calls();
 
     let wrong_model = breaking(
@@ -69,7 +64,7 @@ fn the_gateway_bills_with_the_decomposers_model_key_and_extra_body(
         wrong_model.len(),
     )
     .at_most(0)
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "{wrong_model:?}; main model {MODEL_NAME}; {}",
@@ -88,7 +83,7 @@ fn the_gateway_bills_with_the_decomposers_model_key_and_extra_body(
         wrong_key.len(),
     )
     .at_most(0)
-    .over(&window)
+    .over(&seen)
     .note(|| format!("{wrong_key:?}; the environment's key is {FAKE_API_KEY}"))
     .gap(GapKind::DecomposerSettingIgnored);
     let fields = extra_body();
@@ -114,7 +109,7 @@ fn the_gateway_bills_with_the_decomposers_model_key_and_extra_body(
         missing_fields.len(),
     )
     .at_most(0)
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "{missing_fields:?}; {}",
@@ -126,7 +121,7 @@ fn the_gateway_bills_with_the_decomposers_model_key_and_extra_body(
         "the card is decomposed by the gateway",
         board.rows().children_of(&card).len() == 2,
     )
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&card))
     .gap(GapKind::ReplyNotApplied);
 }

@@ -3,7 +3,7 @@
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{blocked_probe_timeout, start_gateway};
+use crate::support::blocked_probe_timeout;
 
 /// Cards attempted per tick here: exactly as many slots as there are poison cards.
 const SLOTS_PER_TICK: u32 = 2;
@@ -24,28 +24,23 @@ fn fresh_card_is_decomposed_although_failing_cards_came_first(
         aux.reply(card, Reply::malformed());
     }
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
+    let mut run = board.scenario();
+    run.start();
     for card in &poison {
-        window.first_bill(&board, &gateway, card);
+        run.first_bill(card);
     }
     let fresh = board.create("a fresh idea", &["--triage"]);
-    window.prove_ticks_within(
-        &board,
-        &gateway,
-        FAIRNESS_TICKS,
-        blocked_probe_timeout(board.target()),
-    );
+    run.prove_ticks_within(FAIRNESS_TICKS, blocked_probe_timeout(board.target()));
     let fresh_bills = aux.billed_for(&fresh);
     let poison_bills: Vec<usize> = poison.iter().map(|card| aux.billed_for(card)).collect();
-    drop(gateway);
+    let seen = run.stop();
 
     let fresh_status = board.rows().status(&fresh);
     holds(
         format!("fresh card left triage within {FAIRNESS_TICKS} tick probes"),
         fresh_status != "triage",
     )
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "status={fresh_status}, billed {fresh_bills}, while {SLOTS_PER_TICK} poison cards were \
@@ -57,7 +52,7 @@ fn fresh_card_is_decomposed_although_failing_cards_came_first(
     .gap(GapKind::StarvedCard);
     bound("bills for fresh card", fresh_bills)
         .at_most(1)
-        .over(window.describe())
+        .over(seen.window.describe())
         .context(|| board.diag(&fresh))
         .gap(GapKind::RebilledAfterDecompose);
 }
@@ -87,30 +82,22 @@ fn cards_whose_text_is_not_text_never_take_a_fresh_cards_slot(
     let unreadable = arrange_cards_not_text(&board);
     let fresh = board.create("a fresh idea", &["--triage"]);
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .left_triage(
-            &board,
-            &gateway,
             std::slice::from_ref(&fresh),
             blocked_probe_timeout(board.target()),
             "the fresh card decomposed",
         )
-        .prove_ticks_within(
-            &board,
-            &gateway,
-            FAIRNESS_TICKS,
-            blocked_probe_timeout(board.target()),
-        );
+        .prove_ticks_within(FAIRNESS_TICKS, blocked_probe_timeout(board.target()));
     let bills: Vec<usize> = unreadable.iter().map(|card| aux.billed_for(card)).collect();
-    drop(gateway);
+    let seen = run.stop();
 
     holds(
         "a fresh card is decomposed although cards whose text is not text came first",
         board.rows().status(&fresh) != "triage",
     )
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "bills for those cards: {bills:?}; {}",
@@ -124,6 +111,6 @@ fn cards_whose_text_is_not_text_never_take_a_fresh_cards_slot(
         bills.iter().copied().max().unwrap_or(0),
     )
     .at_most(crate::MAX_FAILED_ATTEMPTS)
-    .over(&window)
+    .over(&seen)
     .gap(GapKind::RebilledEveryTick);
 }

@@ -9,9 +9,7 @@ use fixtures::prelude::*;
 use fixtures::relay::Relay;
 use rstest::rstest;
 
-use crate::support::{
-    blocked_probe_timeout, no_graph_findings, rebill_note, settle_budget, start_gateway,
-};
+use crate::support::{blocked_probe_timeout, no_graph_findings, rebill_note, spend_budget};
 use crate::{DEFAULT_MAX_CHILDREN, MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// A target rightly pauses every card after a 401/402/403 (or for a 429's `Retry-After`); a short
@@ -90,23 +88,18 @@ fn a_card_whose_connection_drops_after_the_request_is_billed_within_its_budget()
 /// it are proven, then states the rebill bound and that the failures wrote no rows.
 fn judge_doomed_card(board: &Board, doomed: &str, settings: &[Setting]) {
     let aux = board.aux();
-    let mut window = Window::start();
-    let gateway = start_gateway(board);
+    let mut run = board.scenario();
+    run.start();
     // Bounded: a dispatcher blocked by this failure fails fast instead of waiting out minutes.
-    window.first_bill(board, &gateway, doomed);
-    settle_budget(&gateway, &mut window, board, doomed);
-    window.prove_ticks_within(
-        board,
-        &gateway,
-        PROBE_TICKS,
-        blocked_probe_timeout(board.target()),
-    );
+    run.first_bill(doomed);
+    spend_budget(&mut run, doomed);
+    run.prove_ticks_within(PROBE_TICKS, blocked_probe_timeout(board.target()));
     let bills = aux.billed_for(doomed);
-    drop(gateway);
+    let seen = run.stop();
 
     bound("bills for doomed card", bills)
         .at_most(MAX_FAILED_ATTEMPTS)
-        .over(&window)
+        .over(&seen)
         .note(|| rebill_note(board, doomed, settings))
         .context(|| board.diag(doomed))
         .gap(GapKind::RebilledEveryTick);
@@ -132,24 +125,18 @@ fn rejected_fanout_writes_no_rows_and_is_not_rebilled_every_tick(
     aux.reply(&root, reply);
     let tasks_before = board.task_count();
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.first_bill(&board, &gateway, &root);
-    settle_budget(&gateway, &mut window, &board, &root);
-    window.prove_ticks_within(
-        &board,
-        &gateway,
-        PROBE_TICKS,
-        blocked_probe_timeout(board.target()),
-    );
+    let mut run = board.scenario();
+    run.start().first_bill(&root);
+    spend_budget(&mut run, &root);
+    run.prove_ticks_within(PROBE_TICKS, blocked_probe_timeout(board.target()));
     let bills = aux.billed_for(&root);
-    drop(gateway);
+    let seen = run.stop();
 
     let rows = board.rows();
     let children = rows.children_of(&root).len();
     let new_rows = board
         .task_count()
-        .saturating_sub(tasks_before + window.probes().len());
+        .saturating_sub(tasks_before + seen.window.probes().len());
     let decomposed = rows.events(&root, "decomposed").len();
     let status = rows.status(&root);
     Findings::new()
@@ -162,7 +149,7 @@ fn rejected_fanout_writes_no_rows_and_is_not_rebilled_every_tick(
         .gap(applied_as);
     bound("bills for rejected fan-out", bills)
         .at_most(MAX_FAILED_ATTEMPTS)
-        .over(&window)
+        .over(&seen)
         .note(|| rebill_note(&board, &root, &[Setting::Backoff]))
         .context(|| board.diag(&root))
         .gap(GapKind::RebilledEveryTick);

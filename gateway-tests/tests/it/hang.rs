@@ -6,7 +6,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{blocked_probe_timeout, no_graph_findings, start_gateway, STOP_GRACE};
+use crate::support::{blocked_probe_timeout, no_graph_findings, STOP_GRACE};
 use crate::PROBE_TICKS;
 
 /// Longer than the test: the provider never answers the hung card (dropping the provider ends
@@ -28,16 +28,10 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown(
     let hung = board.create("a card whose provider never answers", &["--triage"]);
     aux.reply(&hung, Reply::hang(HANG));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
-        .first_bill(&board, &gateway, &hung)
-        .prove_ticks_within(
-            &board,
-            &gateway,
-            PROBE_TICKS,
-            blocked_probe_timeout(board.target()),
-        );
+    let mut run = board.scenario();
+    run.start()
+        .first_bill(&hung)
+        .prove_ticks_within(PROBE_TICKS, blocked_probe_timeout(board.target()));
     let bills = aux.billed_for(&hung);
     // The precondition of every verdict below: the hung call was still open when the probes
     // were done and SIGTERM was sent. A target that ends it early by a timeout of its own has
@@ -58,14 +52,15 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown(
             )),
         },
     };
-    let stop = gateway.stop();
+    let seen = run.stop();
+    let stop = seen.stopped();
 
     bound(
         "tick probes decomposed while a call hangs",
-        window.probes().len(),
+        seen.window.probes().len(),
     )
     .exactly(PROBE_TICKS)
-    .over(&window)
+    .over(&seen)
     .note(|| board.setting(Setting::CallTimeout))
     .provided(&in_flight)
     .gap(GapKind::DispatcherBlocked);
@@ -73,7 +68,7 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown(
     // above, and the call in flight is what this one is about.
     bound("bills for hung card", bills)
         .at_most(1)
-        .over(window.describe())
+        .over(seen.window.describe())
         .context(|| board.diag(&hung))
         .provided(&in_flight)
         .gap(GapKind::InFlightRebilled);

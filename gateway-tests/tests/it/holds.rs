@@ -4,7 +4,6 @@
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::start_gateway;
 use crate::PROBE_TICKS;
 
 #[rstest]
@@ -22,18 +21,15 @@ fn human_holds_are_never_auto_decomposed_while_a_fresh_card_is(
         .collect();
     let fresh = board.create("a fresh idea", &["--triage"]);
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .left_triage(
-            &board,
-            &gateway,
             std::slice::from_ref(&fresh),
             board.target().first_bill_timeout(),
             "the fresh card auto-decomposed",
         )
-        .prove_ticks(&board, &gateway, PROBE_TICKS);
-    drop(gateway);
+        .prove_ticks(PROBE_TICKS);
+    let seen = run.stop();
 
     let rows = board.rows();
     let touched: Vec<String> = holds
@@ -51,7 +47,7 @@ fn human_holds_are_never_auto_decomposed_while_a_fresh_card_is(
         .collect();
     bound("human holds touched by the dispatcher", touched.len())
         .at_most(0)
-        .over(&window)
+        .over(&seen)
         .note(|| touched.join("; "))
         .gap(GapKind::HoldDecomposed);
     bound(
@@ -59,7 +55,7 @@ fn human_holds_are_never_auto_decomposed_while_a_fresh_card_is(
         aux.billed_for(&fresh),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&fresh))
     .gap(GapKind::RebilledAfterDecompose);
 }

@@ -4,7 +4,7 @@
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{span_of_ticks, start_gateway};
+use crate::support::span_of_ticks;
 use crate::PROBE_TICKS;
 
 /// Cards created while the switch is off: each would be billed on the next tick were it on.
@@ -14,16 +14,15 @@ const CARDS_WHILE_OFF: usize = 2;
 fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(Config::gateway())] board: Board) {
     let target = board.target();
     let aux = board.aux();
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.prove_ticks(&board, &gateway, 1);
+    let mut run = board.scenario();
+    run.start().prove_ticks(1);
 
     board.reconfigure(Config::gateway().kill_switch(false));
     let bills_at_flip = aux.bills();
     // A tick that read the old config just before the write selects its cards at its start;
     // two tick periods later every tick in progress began after the write. Nothing is in triage
     // meanwhile, so nothing may be billed either (counted with the watch below: bills only grow).
-    window.watch(&gateway, span_of_ticks(target, 1));
+    run.watch(span_of_ticks(target, 1));
     let waiting: Vec<String> = (0..CARDS_WHILE_OFF)
         .map(|i| board.create(&format!("idea while switched off {i}"), &["--triage"]))
         .collect();
@@ -31,7 +30,7 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(Config::gateway())] bo
     // the target's ticks by the clock. The gateway is shown ticking before it (the probe above)
     // and after it (the same cards decomposed once the switch is back on), so the span was
     // ticks the gateway ran with the switch off.
-    window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    run.watch(span_of_ticks(target, PROBE_TICKS));
     let bills_while_off = aux.bills() - bills_at_flip;
     let left_triage: Vec<String> = waiting
         .iter()
@@ -40,15 +39,13 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(Config::gateway())] bo
         .collect();
 
     board.reconfigure(Config::gateway());
-    let mut resumed = Window::start();
-    resumed.left_triage(
-        &board,
-        &gateway,
+    let window = run.close_window();
+    run.left_triage(
         &waiting,
         target.first_bill_timeout(),
         "the waiting cards decomposed once the switch is back on",
     );
-    drop(gateway);
+    let resumed = run.stop();
 
     bound("bills while switched off", bills_while_off)
         .at_most(0)

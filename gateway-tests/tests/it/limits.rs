@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{blocked_probe_timeout, span_of_ticks, start_gateway};
+use crate::support::{blocked_probe_timeout, span_of_ticks};
 use crate::{DEFAULT_MAX_CHILDREN, PROBE_TICKS, SHORT_BACKOFF};
 
 /// Cards attempted per tick in the in-flight test.
@@ -38,28 +38,27 @@ fn exactly_per_tick_cards_are_in_flight_while_every_reply_hangs(
         .collect();
     let limit = PER_TICK as usize;
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
+    let mut run = board.scenario();
+    run.start();
     // A target may send one call first and fan out only once the provider proves to answer
     // (the reference waits 2 s); then it has `PER_TICK` in flight, and every later tick finds
     // no free slot. The watch spans ticks by the clock: nothing can be decomposed meanwhile.
-    window
-        .bills(&board, &gateway, 1, || aux.bills(), "any waiting card")
+    run.bills(1, || aux.bills(), "any waiting card")
         .settle(
-            &gateway,
             blocked_probe_timeout(target),
             &format!("{limit} cards in flight"),
             || aux.bills() >= limit,
         )
-        .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+        .watch(span_of_ticks(target, PROBE_TICKS));
     let billed = aux.billed_ids();
     let distinct = cards.iter().filter(|card| billed.contains(*card)).count();
     // Nothing is judged about stopping here, and SIGTERM would wait for the hung calls.
-    gateway.kill9();
+    run.gateway().kill9();
+    let seen = run.stop();
 
     bound("calls while every reply hangs", billed.len())
         .at_most(limit)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "billed in order: {billed:?}; {}",
@@ -69,7 +68,7 @@ fn exactly_per_tick_cards_are_in_flight_while_every_reply_hangs(
         .gap(GapKind::PerTickExceeded);
     bound("cards in flight at once while every reply hangs", distinct)
         .at_least(limit)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "billed in order: {billed:?}; {}",
@@ -122,16 +121,10 @@ fn after_a_first_good_answer_the_next_tick_sends_per_tick_calls_at_once(
     aux.reply_default(Reply::default_single().delayed(HELD_REPLY));
     let limit = PER_TICK as usize;
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.left_triage(
-        &board,
-        &gateway,
-        &cards,
-        target.first_bill_timeout(),
-        "every card decomposed",
-    );
-    drop(gateway);
+    let mut run = board.scenario();
+    run.start()
+        .left_triage(&cards, target.first_bill_timeout(), "every card decomposed");
+    let seen = run.stop();
     let mut arrivals: Vec<Instant> = cards.iter().flat_map(|card| aux.bill_times(card)).collect();
     arrivals.sort();
     let together = most_in_flight_together(&arrivals, HELD_REPLY);
@@ -141,7 +134,7 @@ fn after_a_first_good_answer_the_next_tick_sends_per_tick_calls_at_once(
         together,
     )
     .at_least(limit)
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "every reply held {:.1}s; billed in order: {:?}; {}",
@@ -175,25 +168,22 @@ fn a_fanout_at_the_child_cap_is_applied_and_one_child_more_is_rejected(
     aux.reply(&at_cap, Reply::graph(cap, &[]));
     aux.reply(&over_cap, Reply::graph(cap + 1, &[]));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .left_triage(
-            &board,
-            &gateway,
             std::slice::from_ref(&at_cap),
             board.target().first_bill_timeout(),
             "the fan-out at the cap applied",
         )
-        .first_bill(&board, &gateway, &over_cap)
-        .prove_ticks(&board, &gateway, 2);
-    drop(gateway);
+        .first_bill(&over_cap)
+        .prove_ticks(2);
+    let seen = run.stop();
 
     let rows = board.rows();
     let applied = rows.children_of(&at_cap).len();
     bound("children of a fan-out at the child cap", applied)
         .exactly(cap)
-        .over(&window)
+        .over(&seen)
         .note(|| board.setting(Setting::MaxChildren))
         .context(|| board.diag(&at_cap))
         .gap(GapKind::ReplyNotApplied);
@@ -205,7 +195,7 @@ fn a_fanout_at_the_child_cap_is_applied_and_one_child_more_is_rejected(
             .equal("status", &status.as_str(), &"triage");
     findings
         .verdict("a fan-out one child over the cap wrote no rows")
-        .over(&window)
+        .over(&seen)
         .note(|| board.setting(Setting::MaxChildren))
         .context(|| board.diag(&over_cap))
         .gap(GapKind::UnboundedFanout);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{span_of_ticks, start_gateway};
+use crate::support::span_of_ticks;
 use crate::{PROBE_TICKS, PROVIDER_FAULT_BOUND, SHORT_BACKOFF};
 
 /// Triage cards waiting when the provider starts refusing.
@@ -70,25 +70,24 @@ fn provider_wide_refusal_costs_one_call_not_one_per_card(#[case] refusal: Refusa
         .collect();
     aux.reply_default(refusal.reply(pause_secs));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
-        .bills(&board, &gateway, 1, || aux.bills(), "any waiting card")
-        .watch(&gateway, watch);
+    let mut run = board.scenario();
+    run.start()
+        .bills(1, || aux.bills(), "any waiting card")
+        .watch(watch);
     let pause_is_known = match refusal {
         Refusal::RateLimited => {
-            window.note(format!("Retry-After: {pause_secs}"));
+            run.note(format!("Retry-After: {pause_secs}"));
             true
         }
         Refusal::Unauthorized | Refusal::Quota | Refusal::Forbidden => {
-            window.note(board.setting(Setting::Cooldown));
+            run.note(board.setting(Setting::Cooldown));
             board.reads(Setting::Cooldown)
         }
     };
     let bills_while_paused = aux.bills();
     bound("bills while provider paused", bills_while_paused)
         .at_most(PROVIDER_FAULT_BOUND)
-        .over(&window)
+        .over(run.window())
         .note(|| format!("{WAITING_CARDS} triage cards waiting"))
         .context(|| format!("aux calls by card: {:?}", aux.billed_ids()))
         .gap(refusal.gap_kind());
@@ -98,10 +97,8 @@ fn provider_wide_refusal_costs_one_call_not_one_per_card(#[case] refusal: Refusa
     // rightly outlast any wait here.
     if pause_is_known {
         aux.reply_default(Reply::default_single());
-        let mut resumed = Window::start();
-        resumed.left_triage(
-            &board,
-            &gateway,
+        run.close_window();
+        run.left_triage(
             &cards,
             Duration::from_secs(pause_secs) + target.first_bill_timeout(),
             "every waiting card decomposed after the pause",
@@ -110,7 +107,7 @@ fn provider_wide_refusal_costs_one_call_not_one_per_card(#[case] refusal: Refusa
             .iter()
             .filter(|card| !board.rows().status(card).eq("triage"))
             .count();
-        drop(gateway);
+        let resumed = run.stop();
         bound("waiting cards decomposed after the pause", decomposed)
             .exactly(WAITING_CARDS)
             .over(&resumed)

@@ -8,7 +8,7 @@ use fixtures::prelude::*;
 use nix::sys::signal::Signal;
 use rstest::rstest;
 
-use crate::support::{no_graph_findings, start_gateway};
+use crate::support::no_graph_findings;
 use crate::{DEFAULT_MAX_CHILDREN, MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// How long the provider holds a poison card's call before failing it: far longer than it takes
@@ -39,46 +39,46 @@ fn poison_card_budget_survives_restarts_and_sigkill_mid_call(
     let over_budget = || aux.billed_for(&poison) > MAX_FAILED_ATTEMPTS;
 
     // Run 1 dies by SIGKILL while its first paid call is in flight.
-    let mut window = Window::start();
-    let mut gateway = start_gateway(&board);
+    let mut run = board.scenario();
+    run.start();
     let mut runs = 1;
-    window.first_bill(&board, &gateway, &poison);
-    if window.ok() {
-        let crash = gateway.kill9();
+    run.first_bill(&poison);
+    if run.window().ok() {
+        let crash = run.gateway().kill9();
         assert_eq!(crash.signal, Some(Signal::SIGKILL as i32), "{crash}");
 
         // Run 2 is stopped by SIGTERM while its paid call is in flight, if it makes one: a
         // target that backs off longer than the wait below simply has no call to interrupt.
-        gateway.restart();
+        run.restart();
         runs += 1;
         let second_call = try_wait_until(
-            || !gateway.running() || aux.billed_for(&poison) >= 2,
+            || !run.gateway().running() || aux.billed_for(&poison) >= 2,
             board.target().first_bill_timeout(),
             "a second paid call for the poison card",
         );
         if second_call.is_err() {
-            window.note("run 2 made no call to interrupt");
+            run.note("run 2 made no call to interrupt");
         }
-        gateway.restart();
+        run.restart();
         runs += 1;
 
         // Run 3: the provider now fails at once; the card spends whatever budget it has left.
         aux.reply(&poison, Reply::http_error(500, "upstream exploded"));
-        window.prove_ticks(&board, &gateway, PROBE_TICKS);
+        run.prove_ticks(PROBE_TICKS);
 
         // Run 4, after a graceful restart with nothing in flight (pointless once over budget).
-        if window.ok() && !over_budget() {
-            gateway.restart();
+        if run.window().ok() && !over_budget() {
+            run.restart();
             runs += 1;
-            window.prove_ticks(&board, &gateway, PROBE_TICKS);
+            run.prove_ticks(PROBE_TICKS);
         }
     }
     let bills = aux.billed_for(&poison);
-    drop(gateway);
+    let seen = run.stop();
 
     bound("bills for poison card across runs", bills)
         .at_most(MAX_FAILED_ATTEMPTS)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "{runs} gateway runs, one SIGKILLed and one SIGTERMed mid-call; status={}",
@@ -106,27 +106,27 @@ fn sigkill_while_a_graph_is_written_leaves_all_children_or_none() {
     let root = board.create("a large feature", &["--triage"]);
     aux.reply(&root, Reply::graph(graph, &[(1, &[0]), (graph - 1, &[1])]));
 
-    let mut window = Window::start();
-    let mut gateway = start_gateway(&board);
-    window.first_bill(&board, &gateway, &root);
+    let mut run = board.scenario();
+    run.start().first_bill(&root);
     // Kill at the first trace of the graph a reader can see: a writer that commits child by
     // child is caught with part of it written; an atomic one shows all of it at once.
     let deadline = Instant::now() + board.target().first_bill_timeout();
-    while window.ok()
+    while run.window().ok()
         && !board.rows().decomposition_visible(&root)
-        && gateway.running()
+        && run.gateway().running()
         && Instant::now() < deadline
     {
         std::thread::sleep(TIGHT_POLL);
     }
-    if let Some(exit) = gateway.exit() {
-        window.interrupt(
+    if let Some(exit) = run.gateway().exit() {
+        let tail = run.gateway().tail();
+        run.window_mut().interrupt(
             Interruption::new(format!("gateway exited ({exit}) before it was killed"))
                 .implying(GapKind::GatewayExited)
-                .with_detail(gateway.tail()),
+                .with_detail(tail),
         );
     } else {
-        let crash = gateway.kill9();
+        let crash = run.gateway().kill9();
         assert_eq!(crash.signal, Some(Signal::SIGKILL as i32), "{crash}");
     }
 
@@ -150,13 +150,13 @@ fn sigkill_while_a_graph_is_written_leaves_all_children_or_none() {
 
     // Whatever the kill left, a restarted gateway pays for the root at most once more, and never
     // again once its graph is written.
-    gateway.restart();
-    window.prove_ticks(&board, &gateway, 2);
+    run.restart();
+    run.prove_ticks(2);
     let bills = aux.billed_for(&root);
-    drop(gateway);
+    let seen = run.stop();
     bound("bills for root killed while written", bills)
         .at_most(if everything { 1 } else { 2 })
-        .over(&window)
+        .over(&seen)
         .context(|| board.diag(&root))
         .gap(GapKind::RebilledAfterDecompose);
     Findings::new()
@@ -168,7 +168,7 @@ fn sigkill_while_a_graph_is_written_leaves_all_children_or_none() {
         .equal(
             "task rows (root + children + tick probes)",
             &board.task_count(),
-            &(1 + graph + window.probes().len()),
+            &(1 + graph + seen.window.probes().len()),
         )
         .verdict("the graph is whole after the restart")
         .context(|| board.diag(&root))

@@ -9,7 +9,7 @@ use fixtures::aux_model::{AnswerEnd, Received};
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{blocked_probe_timeout, millis, no_graph_findings, start_gateway, STOP_GRACE};
+use crate::support::{blocked_probe_timeout, millis, no_graph_findings, STOP_GRACE};
 use crate::{PROBE_TICKS, SHORT_BACKOFF};
 
 /// Longer than any test: a stalled body never resumes by itself (dropping the provider ends the
@@ -64,19 +64,14 @@ fn a_stalled_body_in_flight_stops_neither_the_dispatcher_nor_the_shutdown(
     let stalled_card = board.create("a card whose reply stops halfway", &["--triage"]);
     aux.reply(&stalled_card, stalled(shape));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
-        .first_bill(&board, &gateway, &stalled_card)
-        .prove_ticks_within(
-            &board,
-            &gateway,
-            PROBE_TICKS,
-            blocked_probe_timeout(board.target()),
-        );
+    let mut run = board.scenario();
+    run.start()
+        .first_bill(&stalled_card)
+        .prove_ticks_within(PROBE_TICKS, blocked_probe_timeout(board.target()));
     let bills = aux.billed_for(&stalled_card);
     let during = first_call(&board, &stalled_card);
-    let stop = gateway.stop();
+    let seen = run.stop();
+    let stop = seen.stopped();
 
     // The precondition: the probes were proven while the stall was in progress.
     let stalled_meanwhile = during.as_ref().is_some_and(|call| {
@@ -92,15 +87,15 @@ fn a_stalled_body_in_flight_stops_neither_the_dispatcher_nor_the_shutdown(
     .gap(GapKind::DispatcherBlocked);
     bound(
         "tick probes decomposed while a body stalls",
-        window.probes().len(),
+        seen.window.probes().len(),
     )
     .exactly(PROBE_TICKS)
-    .over(&window)
+    .over(&seen)
     .note(|| board.setting(Setting::CallTimeout))
     .gap(GapKind::DispatcherBlocked);
     bound("bills for the card whose body stalls", bills)
         .at_most(1)
-        .over(window.describe())
+        .over(seen.window.describe())
         .context(|| board.diag(&stalled_card))
         .gap(GapKind::InFlightRebilled);
     holds(
@@ -134,11 +129,8 @@ fn a_stalled_body_ends_at_the_call_timeout_and_the_next_attempt_succeeds(
     let card = board.create("a card whose first reply stops halfway", &["--triage"]);
     aux.reply_in_turn(&card, vec![stalled(shape), Reply::graph(2, &[])]);
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.first_bill(&board, &gateway, &card).left_triage(
-        &board,
-        &gateway,
+    let mut run = board.scenario();
+    run.start().first_bill(&card).left_triage(
         std::slice::from_ref(&card),
         SECOND_ATTEMPT_WITHIN,
         "the card decomposed by its second attempt",
@@ -146,7 +138,7 @@ fn a_stalled_body_ends_at_the_call_timeout_and_the_next_attempt_succeeds(
     let bills = aux.billed_for(&card);
     let first = first_call(&board, &card);
     let children = board.rows().children_of(&card).len();
-    drop(gateway);
+    let seen = run.stop();
 
     let timeout = Duration::from_secs_f64(CALL_TIMEOUT);
     // Until the gateway hung up, or until now when it never did.
@@ -158,7 +150,7 @@ fn a_stalled_body_ends_at_the_call_timeout_and_the_next_attempt_succeeds(
     });
     bound("bills for a card whose first body stalls", bills)
         .exactly(2)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "{children} children; {}",
@@ -173,7 +165,7 @@ fn a_stalled_body_ends_at_the_call_timeout_and_the_next_attempt_succeeds(
             .as_ref()
             .is_some_and(|call| call.answer.end == Some(AnswerEnd::ClientClosed)),
     )
-    .over(&window)
+    .over(&seen)
     .note(|| format!("{:?}", first.as_ref().map(|call| &call.answer)))
     .gap(GapKind::CallTimeoutIgnored);
     bound(
@@ -183,7 +175,7 @@ fn a_stalled_body_ends_at_the_call_timeout_and_the_next_attempt_succeeds(
     // Judged over the window's span, not its interruption: how long the body was held only
     // grows while the test waits, and the missing second attempt is the verdict above.
     .at_most(millis(timeout + HANG_UP_SLACK))
-    .over(window.describe())
+    .over(seen.window.describe())
     .note(|| format!("the stall lasts {}s", STALL.as_secs()))
     .gap(GapKind::CallTimeoutIgnored);
     bound(
@@ -191,7 +183,7 @@ fn a_stalled_body_ends_at_the_call_timeout_and_the_next_attempt_succeeds(
         held.map_or(0, millis),
     )
     .at_least(millis(timeout.mul_f64(0.9)))
-    .over(window.describe())
+    .over(seen.window.describe())
     .note(|| board.setting(Setting::CallTimeout))
     .gap(GapKind::CallTimeoutIgnored);
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{millis, start_gateway};
+use crate::support::millis;
 use crate::SHORT_BACKOFF;
 
 /// The call timeout of the hang test: short, so the test is, and long against a tick.
@@ -33,11 +33,8 @@ fn a_hung_first_call_ends_at_the_call_timeout_and_the_second_attempt_succeeds(
     let card = board.create("a card whose first call hangs", &["--triage"]);
     aux.reply_in_turn(&card, vec![Reply::hang(HANG), Reply::graph(2, &[])]);
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.first_bill(&board, &gateway, &card).left_triage(
-        &board,
-        &gateway,
+    let mut run = board.scenario();
+    run.start().first_bill(&card).left_triage(
         std::slice::from_ref(&card),
         SECOND_ATTEMPT_WITHIN,
         "the card decomposed by its second attempt",
@@ -49,12 +46,12 @@ fn a_hung_first_call_ends_at_the_call_timeout_and_the_second_attempt_succeeds(
         .copied()
         .unwrap_or_default();
     let children = board.rows().children_of(&card).len();
-    drop(gateway);
+    let seen = run.stop();
 
     let timeout = Duration::from_secs_f64(CALL_TIMEOUT);
     bound("bills for a card whose first call hangs", bills)
         .exactly(2)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "{children} children; {}",
@@ -65,7 +62,7 @@ fn a_hung_first_call_ends_at_the_call_timeout_and_the_second_attempt_succeeds(
         .gap(GapKind::CallTimeoutIgnored);
     bound("ms from the hung call to the next call", millis(gap))
         .at_least(millis(timeout))
-        .over(&window)
+        .over(&seen)
         .note(|| board.setting(Setting::CallTimeout))
         .gap(GapKind::CallTimeoutIgnored);
     bound(
@@ -73,7 +70,7 @@ fn a_hung_first_call_ends_at_the_call_timeout_and_the_second_attempt_succeeds(
         millis(gap),
     )
     .at_most(millis(timeout + AFTER_TIMEOUT_SLACK))
-    .over(&window)
+    .over(&seen)
     .note(|| format!("the hang lasts {}s", HANG.as_secs()))
     .gap(GapKind::CallTimeoutIgnored);
 }
@@ -98,17 +95,11 @@ fn a_failing_card_waits_its_backoff_between_bills_doubling(
         CONTRACT_BACKOFF
     });
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.bills(
-        &board,
-        &gateway,
-        3,
-        || aux.billed_for(&card),
-        "three paid calls for the card",
-    );
+    let mut run = board.scenario();
+    run.start()
+        .bills(3, || aux.billed_for(&card), "three paid calls for the card");
     let gaps = aux.gaps_between_bills(&card);
-    drop(gateway);
+    let seen = run.stop();
 
     let gap = |i: usize| millis(gaps.get(i).copied().unwrap_or_default());
     let note = || {
@@ -119,12 +110,12 @@ fn a_failing_card_waits_its_backoff_between_bills_doubling(
     };
     bound("ms between the first and second bills", gap(0))
         .at_least(millis(first))
-        .over(&window)
+        .over(&seen)
         .note(note)
         .gap(GapKind::BackoffIgnored);
     bound("ms between the second and third bills", gap(1))
         .at_least(millis(first * 2))
-        .over(&window)
+        .over(&seen)
         .note(note)
         .gap(GapKind::BackoffIgnored);
 }

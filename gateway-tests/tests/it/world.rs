@@ -6,7 +6,7 @@ use fixtures::limits::set_file_size_limit;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{span_of_ticks, start_gateway, STOP_GRACE};
+use crate::support::span_of_ticks;
 use crate::PROBE_TICKS;
 
 #[rstest]
@@ -14,32 +14,24 @@ fn a_closed_log_pipe_stops_neither_dispatching_nor_a_clean_shutdown(
     #[with(Config::gateway())] board: Board,
 ) {
     let aux = board.aux();
-    let gateway = Gateway::spawn(
-        board
-            .gateway_spec()
-            .stop_grace(STOP_GRACE)
-            .log_through_pipe(),
-    );
-    let mut window = Window::start();
+    let mut run = board.scenario().with_spec(GatewaySpec::log_through_pipe);
     // A decomposed probe shows the gateway up and logging before its reader goes away.
-    window.prove_ticks(&board, &gateway, 1);
-    gateway.close_log_pipe();
+    run.start().prove_ticks(1);
+    run.gateway().close_log_pipe();
     let card = board.create("a card nobody's log will mention", &["--triage"]);
-    window
-        .left_triage(
-            &board,
-            &gateway,
-            std::slice::from_ref(&card),
-            board.target().first_bill_timeout(),
-            "a card created after the log pipe closed, decomposed",
-        )
-        .prove_ticks(&board, &gateway, 1);
+    run.left_triage(
+        std::slice::from_ref(&card),
+        board.target().first_bill_timeout(),
+        "a card created after the log pipe closed, decomposed",
+    )
+    .prove_ticks(1);
     let bills = aux.billed_for(&card);
-    let stop = gateway.stop();
+    let seen = run.stop();
+    let stop = seen.stopped();
 
     bound("bills for a card created after the log pipe closed", bills)
         .exactly(1)
-        .over(&window)
+        .over(&seen)
         .context(|| board.diag(&card))
         .gap(GapKind::DispatcherBlocked);
     holds(
@@ -68,39 +60,31 @@ fn a_board_the_gateway_cannot_write_costs_nothing_until_it_can(
     let target = board.target();
     let aux = board.aux();
     // The log goes through a pipe, which the file size limit does not touch.
-    let gateway = Gateway::spawn(
-        board
-            .gateway_spec()
-            .stop_grace(STOP_GRACE)
-            .log_through_pipe()
-            .ignore_file_size_signal(),
-    );
-    let mut window = Window::start();
-    window.prove_ticks(&board, &gateway, 1);
-    if let Err(error) = set_file_size_limit(gateway.pid(), NO_ROOM) {
+    let mut run = board
+        .scenario()
+        .with_spec(|spec| spec.log_through_pipe().ignore_file_size_signal());
+    run.start().prove_ticks(1);
+    if let Err(error) = set_file_size_limit(run.gateway().pid(), NO_ROOM) {
         panic!("{error}");
     }
     // Written by the CLI, which has no limit: only the gateway cannot write.
     let card = board.create("waits for disk space", &["--triage"]);
     // Nothing can be recorded, so nothing may be decomposed: the watch spans ticks by the clock,
     // between the probe above and the card decomposed once the board can be written again.
-    window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    run.watch(span_of_ticks(target, PROBE_TICKS));
     let bills_while_full = aux.billed_for(&card);
-    if let Err(error) = set_file_size_limit(gateway.pid(), None) {
+    if let Err(error) = set_file_size_limit(run.gateway().pid(), None) {
         panic!("{error}");
     }
-    let mut writable = Window::start();
-    writable
-        .left_triage(
-            &board,
-            &gateway,
-            std::slice::from_ref(&card),
-            target.first_bill_timeout(),
-            "the card decomposed once the board can be written",
-        )
-        .prove_ticks(&board, &gateway, 1);
+    let window = run.close_window();
+    run.left_triage(
+        std::slice::from_ref(&card),
+        target.first_bill_timeout(),
+        "the card decomposed once the board can be written",
+    )
+    .prove_ticks(1);
     let bills = aux.billed_for(&card);
-    drop(gateway);
+    let writable = run.stop();
 
     bound(
         "requests for a card while the board cannot be written",
@@ -165,16 +149,13 @@ fn a_board_file_replaced_under_the_gateway_is_served_at_its_path(
              rows of files no longer there, and a card another board's CLI made",
         );
     }
-    let gateway = start_gateway(&board);
-    let mut window = Window::start();
-    window.prove_ticks(&board, &gateway, 1);
+    let mut run = board.scenario();
+    run.start().prove_ticks(1);
 
     // Deleted: the next command creates a fresh board at the same path.
     remove_board_files(&board);
     let recreated = board.create("a card on a recreated board", &["--triage"]);
-    window.left_triage(
-        &board,
-        &gateway,
+    run.left_triage(
         std::slice::from_ref(&recreated),
         board.target().first_bill_timeout(),
         "the card on the recreated board decomposed",
@@ -190,17 +171,14 @@ fn a_board_file_replaced_under_the_gateway_is_served_at_its_path(
     let moved = elsewhere.create("a card on a board moved into place", &["--triage"]);
     remove_board_files(&board);
     move_board_files(&elsewhere, &board);
-    window
-        .left_triage(
-            &board,
-            &gateway,
-            std::slice::from_ref(&moved),
-            board.target().first_bill_timeout(),
-            "the card on the board moved into place decomposed",
-        )
-        .prove_ticks(&board, &gateway, 1);
+    run.left_triage(
+        std::slice::from_ref(&moved),
+        board.target().first_bill_timeout(),
+        "the card on the board moved into place decomposed",
+    )
+    .prove_ticks(1);
     let bills = [aux.billed_for(&recreated), aux.billed_for(&moved)];
-    drop(gateway);
+    let seen = run.stop();
 
     let moved_served = board
         .rows()
@@ -209,7 +187,7 @@ fn a_board_file_replaced_under_the_gateway_is_served_at_its_path(
     let decomposed = usize::from(recreated_served) + usize::from(moved_served);
     bound("cards on a replaced board file decomposed", decomposed)
         .exactly(2)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "bills: recreated board {}, moved board {}",
@@ -223,6 +201,6 @@ fn a_board_file_replaced_under_the_gateway_is_served_at_its_path(
         bills.iter().copied().max().unwrap_or(0),
     )
     .at_most(1)
-    .over(&window)
+    .over(&seen)
     .gap(GapKind::RebilledAfterDecompose);
 }
