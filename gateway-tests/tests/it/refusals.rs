@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{closed_port_url, span_of_ticks, start_gateway, STOP_GRACE};
+use crate::support::{closed_port_url, span_of_ticks, STOP_GRACE};
 use crate::{PROBE_TICKS, PROVIDER_FAULT_BOUND, SHORT_BACKOFF};
 
 /// Cards waiting when the provider starts refusing.
@@ -39,19 +39,19 @@ fn a_refusal_costs_one_call_at_once_and_at_most_the_calls_in_flight_when_late(
     }
     aux.reply_default(Reply::http_error(402, "insufficient quota").delayed(delay));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
+    let mut run = board.scenario();
+    run.start();
     // Every call sent before the first refusal landed has answered after twice the delay; the
     // watch goes on for as many ticks as the other tests prove, all under the pause.
-    window
-        .bills(&board, &gateway, 1, || aux.bills(), "any waiting card")
-        .watch(&gateway, delay * 2 + span_of_ticks(target, PROBE_TICKS));
+    run.bills(1, || aux.bills(), "any waiting card")
+        .watch(delay * 2 + span_of_ticks(target, PROBE_TICKS));
     let bills = aux.bills();
-    gateway.kill9();
+    run.gateway().kill9();
+    let seen = run.stop();
 
     bound("bills while the provider refuses", bills)
         .at_most(most_bills)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "every reply a 402 after {:.1}s; {WAITING_CARDS} cards waiting; billed in order: \
@@ -91,19 +91,19 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
         .collect();
     aux.reply_default(Reply::http_error(402, "insufficient quota").delayed(REFUSAL_DELAY));
 
-    let mut window = Window::start();
-    let mut gateway = start_gateway(&board);
-    window.bills(&board, &gateway, 1, || aux.bills(), "the first call");
-    let first_start = gateway.time_to_first_bill(aux);
-    window.watch(&gateway, REFUSAL_DELAY - SIGTERM_AHEAD);
+    let mut run = board.scenario();
+    run.start().bills(1, || aux.bills(), "the first call");
+    let first_start = run.gateway().time_to_first_bill(aux);
+    run.watch(REFUSAL_DELAY - SIGTERM_AHEAD);
     let refused_at = Instant::now() + SIGTERM_AHEAD;
     let mut stopped = None;
     let mut watched = Duration::ZERO;
-    if window.ok() {
+    if run.window().ok() {
         // SIGTERM now: the refusal lands while the gateway shuts down.
-        stopped = Some(gateway.restart());
+        run.restart();
+        stopped = run.last_stop().copied();
         watched = first_start * 2 + ticks;
-        window.watch(&gateway, watched);
+        run.watch(watched);
     }
     let after_restart = aux.bills();
     let since_refusal = refused_at.elapsed();
@@ -119,15 +119,13 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
         Ok(())
     };
     aux.reply_default(Reply::default_single());
-    let mut resumed = Window::start();
-    resumed.left_triage(
-        &board,
-        &gateway,
+    let window = run.close_window();
+    run.left_triage(
         &cards,
         Duration::from_secs(pause_secs) + target.first_bill_timeout(),
         "every waiting card decomposed after the pause",
     );
-    drop(gateway);
+    let resumed = run.stop();
 
     bound(
         "bills while paused by a refusal that landed during shutdown",
@@ -177,11 +175,8 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
     // The provider answers first: the gateway knows it works well before the gate closes.
     let answered = board.create("a card answered before the provider refuses", &["--triage"]);
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.left_triage(
-        &board,
-        &gateway,
+    let mut run = board.scenario();
+    run.start().left_triage(
         std::slice::from_ref(&answered),
         target.first_bill_timeout(),
         "the first card decomposed",
@@ -200,7 +195,7 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
     let pause_secs = PAUSE_SECS.max(creating.as_secs_f64().ceil() as u64);
     aux.reply_default(Reply::http_error(429, "rate limited").retry_after(pause_secs));
     let refused = board.create("the card whose call starts the pause", &["--triage"]);
-    window.first_bill(&board, &gateway, &refused);
+    run.first_bill(&refused);
     let paused_at = Instant::now();
     let before_the_end = aux.bills();
     for i in 0..WAITING_CARDS {
@@ -216,16 +211,13 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
             created_in.as_secs_f64()
         ))
     };
-    window.watch(
-        &gateway,
-        (Duration::from_secs(pause_secs) + AFTER_PAUSE).saturating_sub(paused_at.elapsed()),
-    );
+    run.watch((Duration::from_secs(pause_secs) + AFTER_PAUSE).saturating_sub(paused_at.elapsed()));
     let at_the_end = aux.bills().saturating_sub(before_the_end);
-    drop(gateway);
+    let seen = run.stop();
 
     bound("calls when the pause ended", at_the_end)
         .at_most(PROVIDER_FAULT_BOUND)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "every call a 429 with Retry-After: {pause_secs} once the first card was \
@@ -258,10 +250,9 @@ fn an_unreachable_provider_spends_no_cards_budget(
     // The gateway is shown ticking first (a probe decomposed while the provider answers): a
     // target not awaited for readiness may take longer to start than the span below, and a
     // gateway that never tried the unreachable provider spends no budget by not running.
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.prove_ticks(&board, &gateway, 1);
-    let ticking = window.interrupted().map_or(Ok(()), |cut| {
+    let mut run = board.scenario();
+    run.start().prove_ticks(1);
+    let ticking = run.window().interrupted().map_or(Ok(()), |cut| {
         Err(format!(
             "the gateway was not shown ticking before the provider went away: {cut}"
         ))
@@ -273,27 +264,25 @@ fn an_unreachable_provider_spends_no_cards_budget(
     board.reconfigure(unreachable);
     // A tick that read the old config just before the write has begun its work by now; the
     // card comes after it, so only ticks under the unreachable provider find it.
-    window.watch(&gateway, span_of_ticks(target, 1));
+    run.watch(span_of_ticks(target, 1));
     let card = board.create("an idea nobody can be asked about", &["--triage"]);
     let span = if target.is_reference() {
         UNREACHABLE_SPAN
     } else {
         span_of_ticks(target, PROBE_TICKS)
     };
-    window.watch(&gateway, span);
+    run.watch(span);
     let attempts_spent = board
         .reads(Setting::MaxAttempts)
         .then(|| board.rows().attempts(&card));
     board.reconfigure(Config::gateway().backoff(SHORT_BACKOFF));
-    window.left_triage(
-        &board,
-        &gateway,
+    run.left_triage(
         std::slice::from_ref(&card),
         UNREACHABLE_PAUSE + target.first_bill_timeout(),
         "the card decomposed once the provider is back",
     );
     let bills = aux.billed_for(&card);
-    drop(gateway);
+    let seen = run.stop();
 
     if let Some(attempts) = attempts_spent {
         bound(
@@ -310,13 +299,13 @@ fn an_unreachable_provider_spends_no_cards_budget(
         "a card that waited out an unreachable provider is decomposed once it is back",
         board.rows().status(&card) != "triage",
     )
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&card))
     .provided(&ticking)
     .gap(GapKind::UnreachableCharged);
     bound("bills for the card once the provider is back", bills)
         .exactly(1)
-        .over(&window)
+        .over(&seen)
         .context(|| board.diag(&card))
         .gap(GapKind::RebilledAfterDecompose);
 }
