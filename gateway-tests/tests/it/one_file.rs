@@ -11,7 +11,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{settle_budget, start_gateway};
+use crate::support::spend_budget;
 use crate::{MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
 
 /// `kanban.db` with `suffix` (`-wal`, `-shm`) beside it.
@@ -38,20 +38,19 @@ pub fn run_and_stop(board: &Board) -> StoppedRun {
     let poison = board.create("an idea the decomposer can never split", &["--triage"]);
     aux.reply(&poison, Reply::malformed());
     let decomposed = board.create("an idea split at once", &["--triage"]);
-    let mut window = Window::start();
-    let gateway = start_gateway(board);
-    window.first_bill(board, &gateway, &poison);
-    settle_budget(&gateway, &mut window, board, &poison);
-    window.left_triage(
-        board,
-        &gateway,
+    let mut run = board.scenario();
+    run.start().first_bill(&poison);
+    spend_budget(&mut run, &poison);
+    run.left_triage(
         std::slice::from_ref(&decomposed),
         board.target().first_bill_timeout(),
         "the fresh card decomposed",
     );
     // Whatever its exit code, a gateway that handled SIGTERM stopped by itself; one that had
     // to be killed did not get to close its board.
-    let stop = gateway.stop();
+    let seen = run.stop();
+    let stop = *seen.stopped();
+    let mut window = seen.window;
     if stop.escalated {
         window.interrupt(
             Interruption::new(format!(
@@ -82,12 +81,11 @@ fn a_copy_of_kanban_db_alone_after_a_clean_stop_is_the_whole_board(
     let aux = restored.aux();
     aux.reply(&run.poison, Reply::malformed());
 
-    let mut window = run.window;
-    let gateway = start_gateway(&restored);
-    window.prove_ticks(&restored, &gateway, PROBE_TICKS);
+    let mut on_the_copy = restored.scenario().continuing(run.window);
+    on_the_copy.start().prove_ticks(PROBE_TICKS);
     let rebilled = aux.billed_for(&run.poison);
     let decomposed_rebilled = aux.billed_for(&run.decomposed);
-    drop(gateway);
+    let seen = on_the_copy.stop();
 
     let missing: Vec<&(String, String)> = at_the_stop
         .iter()
@@ -98,7 +96,7 @@ fn a_copy_of_kanban_db_alone_after_a_clean_stop_is_the_whole_board(
         missing.len(),
     )
     .at_most(0)
-    .over(&window)
+    .over(&seen)
     .note(|| format!("missing {missing:?}; the copy holds {in_the_copy:?}"))
     .gap(GapKind::BudgetNotPersisted);
     holds(
@@ -114,7 +112,7 @@ fn a_copy_of_kanban_db_alone_after_a_clean_stop_is_the_whole_board(
             .find_task(&run.decomposed)
             .is_some_and(|task| !task.in_triage()),
     )
-    .over(&window)
+    .over(&seen)
     .context(|| restored.diag(&run.decomposed))
     .gap(GapKind::BudgetNotPersisted);
     bound(
@@ -122,14 +120,14 @@ fn a_copy_of_kanban_db_alone_after_a_clean_stop_is_the_whole_board(
         decomposed_rebilled,
     )
     .at_most(0)
-    .over(&window)
+    .over(&seen)
     .gap(GapKind::RebilledAfterDecompose);
     bound(
         "bills for the poison card across the run and its copy",
         run.poison_bills + rebilled,
     )
     .at_most(MAX_FAILED_ATTEMPTS)
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "{} before the stop, {rebilled} on the copy; status on the copy: {}",
@@ -177,22 +175,23 @@ const SWAP_CARD_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Swapped {
     pub acknowledged: Vec<String>,
     pub poison: String,
-    pub window: Window,
+    /// The window, and how the restarted gateway stopped (its log included).
+    pub seen: Seen,
 }
 
 /// Runs a gateway that keeps writing (a poison card spending its budget, cards decomposed),
 /// swapping `kanban.db-shm` for a copy of itself and deleting `kanban.db-wal` in turns while
-/// cards are created through the CLI; then restarts it, as a person would after such a day.
-pub fn swap_wal_files_under_a_gateway(board: &Board) -> (Swapped, Gateway) {
+/// cards are created through the CLI; then restarts it, as a person would after such a day, and
+/// stops it once the restarted gateway is proven ticking.
+pub fn swap_wal_files_under_a_gateway(board: &Board) -> Swapped {
     let aux = board.aux();
     let poison = board.create("an idea the decomposer can never split", &["--triage"]);
     aux.reply(&poison, Reply::malformed());
-    let mut window = Window::start();
-    let mut gateway = start_gateway(board);
-    window.first_bill(board, &gateway, &poison);
+    let mut run = board.scenario();
+    run.start().first_bill(&poison);
     let mut acknowledged = Vec::new();
     for swap in 0..SWAPS {
-        if !window.ok() {
+        if !run.window().ok() {
             break;
         }
         let part = if swap % 2 == 0 { "-shm" } else { "-wal" };
@@ -223,7 +222,7 @@ pub fn swap_wal_files_under_a_gateway(board: &Board) -> (Swapped, Gateway) {
             format!("a card created through the CLI after swap {swap} ({part})"),
         );
         let Some(card) = created else {
-            window.interrupt(
+            run.window_mut().interrupt(
                 Interruption::new(format!(
                     "{usable:?}: the board stayed unusable after swap {swap} ({part})"
                 ))
@@ -233,35 +232,28 @@ pub fn swap_wal_files_under_a_gateway(board: &Board) -> (Swapped, Gateway) {
             break;
         };
         acknowledged.push(card.clone());
-        window.left_triage(
-            board,
-            &gateway,
+        run.left_triage(
             std::slice::from_ref(&card),
             SWAP_CARD_TIMEOUT,
             &format!("the card created after swap {swap} ({part}) decomposed"),
         );
     }
-    settle_budget(&gateway, &mut window, board, &poison);
-    gateway.restart();
-    window.prove_ticks(board, &gateway, PROBE_TICKS);
-    (
-        Swapped {
-            acknowledged,
-            poison,
-            window,
-        },
-        gateway,
-    )
+    spend_budget(&mut run, &poison);
+    run.restart().prove_ticks(PROBE_TICKS);
+    Swapped {
+        acknowledged,
+        poison,
+        seen: run.stop(),
+    }
 }
 
 #[rstest]
 fn wal_files_swapped_under_the_gateway_lose_nothing_acknowledged(
     #[with(Config::gateway().backoff(SHORT_BACKOFF))] board: Board,
 ) {
-    let (swapped, gateway) = swap_wal_files_under_a_gateway(&board);
+    let swapped = swap_wal_files_under_a_gateway(&board);
     let bills = board.aux().billed_for(&swapped.poison);
-    drop(gateway);
-    let window = &swapped.window;
+    let seen = &swapped.seen;
 
     let rows = board.rows();
     let lost: Vec<&String> = swapped
@@ -274,7 +266,7 @@ fn wal_files_swapped_under_the_gateway_lose_nothing_acknowledged(
         lost.len(),
     )
     .at_most(0)
-    .over(window)
+    .over(seen)
     .note(|| format!("missing: {lost:?} of {}", swapped.acknowledged.len()))
     .gap(GapKind::BudgetNotPersisted);
     bound(
@@ -282,7 +274,7 @@ fn wal_files_swapped_under_the_gateway_lose_nothing_acknowledged(
         bills,
     )
     .at_most(MAX_FAILED_ATTEMPTS)
-    .over(window)
+    .over(seen)
     .context(|| board.diag(&swapped.poison))
     .gap(GapKind::BudgetNotPersisted);
     let stuck = swapped
@@ -292,7 +284,7 @@ fn wal_files_swapped_under_the_gateway_lose_nothing_acknowledged(
         .count();
     bound("cards created between swaps left in triage", stuck)
         .at_most(0)
-        .over(window)
+        .over(seen)
         .gap(GapKind::DispatcherBlocked);
     let most = swapped
         .acknowledged
@@ -305,6 +297,6 @@ fn wal_files_swapped_under_the_gateway_lose_nothing_acknowledged(
     // lost once, and the card billed once more. Never more: the next swap waits for the card.
     bound("most bills for one card created between swaps", most)
         .at_most(2)
-        .over(window)
+        .over(seen)
         .gap(GapKind::RebilledAfterDecompose);
 }

@@ -47,23 +47,13 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Gives a failing card's target time to spend the card's whole budget (up to
 /// [`SETTLE_TIMEOUT`]), so that the ticks proven afterwards cover the moment a broken budget
 /// would bill once more. A target that backs off longer gets a window that says so.
-pub fn settle_budget(gateway: &Gateway, window: &mut Window, board: &Board, card: &str) {
-    let (what, spent) = budget_spent(board, card);
-    window.settle(gateway, SETTLE_TIMEOUT, &what, spent);
-}
-
-/// [`settle_budget`] for a scenario.
 pub fn spend_budget(run: &mut Scenario<'_>, card: &str) {
-    let (what, spent) = budget_spent(run.board(), card);
-    run.settle(SETTLE_TIMEOUT, &what, spent);
-}
-
-/// What settling `card`'s budget waits for: its words, and the condition.
-fn budget_spent<'a>(board: &'a Board, card: &'a str) -> (String, impl FnMut() -> bool + 'a) {
-    (
-        format!("{MAX_FAILED_ATTEMPTS} bills for {card}"),
-        move || board.aux().billed_for(card) >= MAX_FAILED_ATTEMPTS,
-    )
+    let board = run.board();
+    run.settle(
+        SETTLE_TIMEOUT,
+        &format!("{MAX_FAILED_ATTEMPTS} bills for {card}"),
+        || board.aux().billed_for(card) >= MAX_FAILED_ATTEMPTS,
+    );
 }
 
 /// The note of a rebill verdict: the card's status and `settings` in the target's terms.

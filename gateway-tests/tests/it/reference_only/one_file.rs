@@ -44,9 +44,8 @@ fn a_copy_of_kanban_db_alone_holds_every_paid_call_and_the_parked_budget(
 fn wal_files_swapped_under_the_gateway_keep_every_paid_call_and_are_warned_about(
     #[with(Config::gateway().backoff(SHORT_BACKOFF))] board: Board,
 ) {
-    let (swapped, gateway) = swap_wal_files_under_a_gateway(&board);
-    let log = gateway.log();
-    drop(gateway);
+    let swapped = swap_wal_files_under_a_gateway(&board);
+    let log = swapped.seen.log();
     let aux = board.aux();
     let rows = board.rows();
     let cards: Vec<&String> = std::iter::once(&swapped.poison)
@@ -68,7 +67,7 @@ fn wal_files_swapped_under_the_gateway_keep_every_paid_call_and_are_warned_about
         unrecorded.len(),
     )
     .at_most(0)
-    .over(&swapped.window)
+    .over(&swapped.seen)
     .note(|| format!("(card, requests, ledger rows): {unrecorded:?}"))
     .gap(GapKind::CallNotVisible);
 
@@ -83,7 +82,7 @@ fn wal_files_swapped_under_the_gateway_keep_every_paid_call_and_are_warned_about
             format!("the gateway warned that {part} was swapped, at most once per swap"),
             (1..=swapped.acknowledged.len()).contains(&count),
         )
-        .over(&swapped.window)
+        .over(&swapped.seen)
         .note(|| format!("{count} WARN lines naming {part}"))
         .context(|| log.clone())
         .gap(GapKind::CallNotVisible);
