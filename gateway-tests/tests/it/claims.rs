@@ -8,7 +8,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{second_gateway_spec, start_gateway};
+use crate::support::second_gateway_spec;
 
 /// No wait after a failure, so a card in flight is due at once but for its claim.
 const NO_BACKOFF: f64 = 0.0;
@@ -38,9 +38,8 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
         ],
     );
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.first_bill(&board, &gateway, &card);
+    let mut run = board.scenario();
+    run.start().first_bill(&card);
     let by_hand = board.cli_unchecked(["kanban", "decompose", card.as_str(), "--json"]);
     let after_by_hand = aux.billed_for(&card);
     let sweep = board.cli_unchecked(["kanban", "decompose", "--all", "--json"]);
@@ -49,7 +48,7 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     // as the first gateway took from its start to its first call, twice over, to tick onto the
     // card while it is still in flight.
     let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
-    let first_start = gateway.time_to_first_bill(aux);
+    let first_start = run.gateway().time_to_first_bill(aux);
     let second_had = fixtures::pace::ticking_after(first_start, board.target());
     let second_ran = try_wait_until(
         || second.ended_or_ran(second_had),
@@ -62,20 +61,17 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
         Err(seen) => Err(seen),
     }
     .map_err(|seen| format!("the card was not in flight while the other processes ran: {seen}"));
-    window
-        .left_triage(
-            &board,
-            &gateway,
-            std::slice::from_ref(&card),
-            board.target().first_bill_timeout(),
-            "the gateway's answer applied",
-        )
-        .prove_ticks(&board, &gateway, 1);
+    run.left_triage(
+        std::slice::from_ref(&card),
+        board.target().first_bill_timeout(),
+        "the gateway's answer applied",
+    )
+    .prove_ticks(1);
     let bills = aux.billed_for(&card);
     let second_exit = second.exit();
     let second_log = second.log();
     drop(second);
-    drop(gateway);
+    let seen = run.stop();
 
     bound(
         "exit code of a decompose by hand of a card in flight",
@@ -103,7 +99,7 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     .gap(GapKind::InFlightRebilled);
     bound("bills for the card in flight", bills)
         .exactly(1)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "the second gateway {} ({:.1}s given to tick)",
@@ -121,12 +117,11 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     #[with(Config::gateway().backoff(NO_BACKOFF))] board: Board,
 ) {
     let aux = board.aux();
-    let mut window = Window::start();
-    let first = start_gateway(&board);
+    let mut run = board.scenario();
     // The first gateway dispatches before the second starts, so the second is the one a target
     // may refuse.
-    window.prove_ticks(&board, &first, 1);
-    let first_start = first.time_to_first_bill(aux);
+    run.start().prove_ticks(1);
+    let first_start = run.gateway().time_to_first_bill(aux);
     let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
     // The second gateway is not awaited (a refused one never gets ready), so a slow one could
     // start ticking only after the first had paid for every card, and a target with no claim
@@ -149,7 +144,7 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     let second_had = fixtures::pace::ticking_after(first_start, board.target());
     let any_card_billed = || cards.iter().any(|card| aux.billed_for(card) > 0);
     let contested = try_wait_until(
-        || !first.running() || (any_card_billed() && second.ended_or_ran(second_had)),
+        || !run.gateway().running() || (any_card_billed() && second.ended_or_ran(second_had)),
         second_had + board.target().first_bill_timeout(),
         "a shared card in flight while the second gateway had its time to tick",
     );
@@ -160,9 +155,7 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
         .map_err(|seen| {
             format!("no shared card was in flight while the second gateway had its time: {seen}")
         });
-    window.left_triage(
-        &board,
-        &first,
+    run.left_triage(
         &cards,
         board.target().first_bill_timeout(),
         "every card decomposed",
@@ -171,14 +164,14 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     let second_exit = second.exit();
     let second_log = second.log();
     drop(second);
-    drop(first);
+    let seen = run.stop();
 
     bound(
         "most bills for one card between two gateways",
         bills.iter().copied().max().unwrap_or(0),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "bills per card: {bills:?}; the second gateway {} ({:.1}s given to tick)",
