@@ -8,7 +8,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{span_of_ticks, start_gateway, STOP_GRACE};
+use crate::support::{another_gateway_spec, span_of_ticks, STOP_GRACE};
 use crate::PROBE_TICKS;
 
 /// Cards created while the second gateway starts.
@@ -24,19 +24,13 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
 ) {
     let target = board.target();
     let aux = board.aux();
-    let mut window = Window::start();
-    let first = start_gateway(&board);
-    window.prove_ticks(&board, &first, 1);
-    let first_start = first.time_to_first_bill(aux);
+    let mut run = board.scenario();
+    run.start().prove_ticks(1);
+    let first_start = run.gateway().time_to_first_bill(aux);
 
     // A refused gateway never reports readiness, so none is awaited; its own log keeps its
     // output apart from the first one's.
-    let mut second_spec = board
-        .gateway_spec()
-        .readiness(Readiness::Immediate, Duration::ZERO)
-        .stop_grace(STOP_GRACE);
-    second_spec.log = board.root().join("second-gateway.log");
-    let second = Gateway::spawn(second_spec);
+    let second = Gateway::spawn(another_gateway_spec(&board, "second-gateway"));
     // A second gateway that is neither refused nor ticking yet when the contested calls end
     // proves nothing, however long each call takes: the first call of each card is held until
     // the second ended or had as long as the first took from its start to its first call,
@@ -58,7 +52,7 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     let second_had = fixtures::pace::ticking_after(first_start, target);
     let any_contested_billed = || contested.iter().any(|card| aux.billed_for(card) > 0);
     let held = try_wait_until(
-        || !first.running() || (any_contested_billed() && second.ended_or_ran(second_had)),
+        || !run.gateway().running() || (any_contested_billed() && second.ended_or_ran(second_had)),
         second_had + target.first_bill_timeout(),
         "a contested card in flight while the second gateway ended or had its time to tick",
     );
@@ -77,19 +71,16 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
         target.readiness_timeout(),
         "the second gateway to exit",
     );
-    window
-        .left_triage(
-            &board,
-            &first,
-            &contested,
-            target.first_bill_timeout(),
-            "the contested cards decomposed by the first gateway",
-        )
-        .prove_ticks(&board, &first, 1);
+    run.left_triage(
+        &contested,
+        target.first_bill_timeout(),
+        "the contested cards decomposed by the first gateway",
+    )
+    .prove_ticks(1);
     let second_exit = second.exit();
     let second_log = second.log();
     drop(second);
-    drop(first);
+    let seen = run.stop();
     let bills: Vec<usize> = contested.iter().map(|card| aux.billed_for(card)).collect();
 
     let exit = second_exit.map(|exit| (exit.code, exit.signal));
@@ -108,7 +99,7 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
         bills.iter().copied().max().unwrap_or(0),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "bills per contested card: {bills:?}; the second gateway had {:.1}s to tick",
@@ -194,7 +185,8 @@ struct Contest {
     bills: usize,
     /// Whether the second gateway had ended, or had run its time to tick, before the cards came.
     second_up: Result<(), String>,
-    window: Window,
+    /// The first gateway's scenario, stopped once the refusals landed.
+    first: Seen,
     second_running: bool,
     second_exit: Option<fixtures::gateway::Exit>,
     second_log: String,
@@ -206,10 +198,11 @@ struct Contest {
 /// Starts `second` beside the running `first`, then lets a provider-wide refusal land late on
 /// waiting cards: one dispatcher pays for at most its calls in flight, two pay for theirs each.
 /// Then stops the first and, if the second still runs, shows it taking the board over.
-fn contest(board: &Board, first: Gateway, mut window: Window, second: GatewaySpec) -> Contest {
+fn contest(mut first: Scenario<'_>, second: GatewaySpec) -> Contest {
+    let board = first.board();
     let target = board.target();
     let aux = board.aux();
-    let first_start = first.time_to_first_bill(aux);
+    let first_start = first.gateway().time_to_first_bill(aux);
     let second = Gateway::spawn(second);
     // Both are up (or the second has refused) before anything can be billed. Up means more than
     // a line in the log: a second gateway still starting while the refusals land pays for none
@@ -239,20 +232,11 @@ fn contest(board: &Board, first: Gateway, mut window: Window, second: GatewaySpe
     for i in 0..CONTEST_CARDS {
         board.create(&format!("waiting card {i}"), &["--triage"]);
     }
-    window
-        .bills(
-            board,
-            &first,
-            before + 1,
-            || aux.bills(),
-            "any waiting card",
-        )
-        .watch(
-            &first,
-            LATE_REFUSAL * 2 + span_of_ticks(target, PROBE_TICKS),
-        );
+    first
+        .bills(before + 1, || aux.bills(), "any waiting card")
+        .watch(LATE_REFUSAL * 2 + span_of_ticks(target, PROBE_TICKS));
     let bills = aux.bills() - before;
-    drop(first);
+    let first = first.stop();
     aux.reply_default(Reply::default_single());
     let second_running = second.running();
     let took_over = second_running.then(|| {
@@ -270,7 +254,7 @@ fn contest(board: &Board, first: Gateway, mut window: Window, second: GatewaySpe
     Contest {
         bills,
         second_up,
-        window,
+        first,
         second_running,
         second_exit,
         second_log,
@@ -284,7 +268,7 @@ fn judge_contest(board: &Board, contest: &Contest, how: &str) {
         contest.bills,
     )
     .at_most(CONTEST_PER_TICK as usize)
-    .over(&contest.window)
+    .over(&contest.first)
     .note(|| {
         format!(
             "every reply a 402 after {:.1}s; billed in order (the first ones before the \
@@ -315,7 +299,7 @@ fn judge_contest(board: &Board, contest: &Contest, how: &str) {
         ),
         contest.took_over.unwrap_or(refused_with_an_error),
     )
-    .over(&contest.window)
+    .over(&contest.first)
     .note(|| {
         format!(
             "exit: {:?}; took over: {:?}",
@@ -333,12 +317,11 @@ fn a_second_home_linking_the_same_board_file_never_dispatches_it_beside_the_firs
     #[case] link: Link,
     #[with(contest_config())] board: Board,
 ) {
-    let mut window = Window::start();
-    let first = start_gateway(&board);
-    window.prove_ticks(&board, &first, 1);
+    let mut first = board.scenario();
+    first.start().prove_ticks(1);
     let home = linked_home(&board, link);
     let second = gateway_in(&board, &home, "linked-home-gateway");
-    let contest = contest(&board, first, window, second);
+    let contest = contest(first, second);
     judge_contest(
         &board,
         &contest,
@@ -364,16 +347,10 @@ fn remove_lock_files(board: &Board) {
 fn lock_files_deleted_under_a_running_gateway_do_not_let_a_second_one_dispatch(
     #[with(contest_config())] board: Board,
 ) {
-    let mut window = Window::start();
-    let first = start_gateway(&board);
-    window.prove_ticks(&board, &first, 1);
+    let mut first = board.scenario();
+    first.start().prove_ticks(1);
     remove_lock_files(&board);
-    let mut second = board
-        .gateway_spec()
-        .readiness(Readiness::Immediate, Duration::ZERO)
-        .stop_grace(STOP_GRACE);
-    second.log = board.root().join("second-gateway.log");
-    let contest = contest(&board, first, window, second);
+    let contest = contest(first, another_gateway_spec(&board, "second-gateway"));
     judge_contest(
         &board,
         &contest,

@@ -81,21 +81,25 @@ pub fn no_graph_findings(board: &Board, card: &str) -> Findings {
     findings
 }
 
-/// The spec of a second `gateway run` on `board` with a lock directory of its own (so the
-/// reference's singleton lock does not stop it), logging to `name`.log beside the board, not
+/// The spec of another `gateway run` on `board`, logging to `name`.log beside the board, not
 /// waiting for readiness: a target may rightly refuse to dispatch a board another gateway
 /// dispatches, and a refused gateway never gets ready.
-pub fn second_gateway_spec(board: &Board, name: &str) -> GatewaySpec {
+pub fn another_gateway_spec(board: &Board, name: &str) -> GatewaySpec {
     let mut spec = board
         .gateway_spec()
         .readiness(Readiness::Immediate, Duration::ZERO)
-        .stop_grace(STOP_GRACE)
-        .env_var(
-            "HERMES_GATEWAY_LOCK_DIR",
-            board.root().join(format!("{name}-locks")),
-        );
+        .stop_grace(STOP_GRACE);
     spec.log = board.root().join(format!("{name}.log"));
     spec
+}
+
+/// [`another_gateway_spec`] with a lock directory of its own, so that the reference's singleton
+/// lock does not stop it.
+pub fn second_gateway_spec(board: &Board, name: &str) -> GatewaySpec {
+    another_gateway_spec(board, name).env_var(
+        "HERMES_GATEWAY_LOCK_DIR",
+        board.root().join(format!("{name}-locks")),
+    )
 }
 
 /// A base URL on this machine where nothing listens, and where no other test's fake provider
