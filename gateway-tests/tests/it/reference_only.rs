@@ -35,7 +35,7 @@ use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 
-use crate::support::{span_of_ticks, start_gateway};
+use crate::support::span_of_ticks;
 use crate::{MAX_FAILED_ATTEMPTS, PROBE_TICKS, PROVIDER_FAULT_BOUND, SHORT_BACKOFF};
 
 #[rstest]
@@ -49,23 +49,20 @@ fn opted_out_card_is_never_auto_decomposed_but_can_be_by_hand(
     );
     let fresh = board.create("a fresh idea", &["--triage"]);
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .left_triage(
-            &board,
-            &gateway,
             std::slice::from_ref(&fresh),
             board.target().first_bill_timeout(),
             "the fresh card auto-decomposed",
         )
-        .prove_ticks(&board, &gateway, PROBE_TICKS);
+        .prove_ticks(PROBE_TICKS);
     let automatic_bills = aux.billed_for(&opted_out);
-    drop(gateway);
+    let seen = run.stop();
 
     bound("automatic bills for the opted-out card", automatic_bills)
         .at_most(0)
-        .over(&window)
+        .over(&seen)
         .note(|| format!("status={}", board.rows().status(&opted_out)))
         .context(|| board.diag(&opted_out))
         .gap(GapKind::HoldDecomposed);
@@ -98,23 +95,21 @@ fn every_paid_call_of_a_parked_card_is_in_the_ledger(
     let poison = board.create("an idea the decomposer can never split", &["--triage"]);
     aux.reply(&poison, Reply::malformed());
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .until(
-            &gateway,
             board.target().first_bill_timeout(),
             "the poison card to be parked",
             || !board.rows().events(&poison, "decompose_parked").is_empty(),
         )
-        .prove_ticks(&board, &gateway, PROBE_TICKS);
+        .prove_ticks(PROBE_TICKS);
     let bills = aux.billed_for(&poison);
     let all_bills = aux.bills();
-    drop(gateway);
+    let seen = run.stop();
 
     bound("bills for parked card", bills)
         .exactly(MAX_FAILED_ATTEMPTS)
-        .over(&window)
+        .over(&seen)
         .context(|| board.diag(&poison))
         .gap(GapKind::RebilledEveryTick);
 
@@ -223,35 +218,27 @@ fn hourly_ceiling_holds_across_a_restart(
         .map(|i| board.create(&format!("idea {i}"), &["--triage"]))
         .collect();
 
-    let mut window = Window::start();
-    let mut gateway = start_gateway(&board);
-    window.bills(
-        &board,
-        &gateway,
-        HOURLY_CEILING as usize,
-        || aux.bills(),
-        "the first cards",
-    );
+    let mut run = board.scenario();
+    run.start()
+        .bills(HOURLY_CEILING as usize, || aux.bills(), "the first cards");
     // Nothing may be decomposed at the ceiling, so probes cannot prove ticks: each watch spans
     // PROBE_TICKS ticks by the clock, between the gateway ticking before (the bills above) and
     // after (the rest decomposed once the ceiling is raised).
-    window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    run.watch(span_of_ticks(target, PROBE_TICKS));
     let before_restart = aux.bills();
-    gateway.restart();
-    window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    run.restart();
+    run.watch(span_of_ticks(target, PROBE_TICKS));
     let after_restart = aux.bills();
     // Worded now: the verdicts below are about the ceiling in force before it was raised.
     let ceiling = board.setting(Setting::CallsPerHour);
     board.reconfigure(Config::gateway().calls_per_hour(100));
-    let mut raised = Window::start();
-    raised.left_triage(
-        &board,
-        &gateway,
+    let window = run.close_window();
+    run.left_triage(
         &cards,
         target.first_bill_timeout(),
         "every card decomposed once the ceiling is raised",
     );
-    drop(gateway);
+    let raised = run.stop();
 
     bound("paid calls at the hourly ceiling", before_restart)
         .exactly(HOURLY_CEILING)
@@ -290,32 +277,29 @@ fn provider_pause_survives_a_restart() {
         .collect();
     aux.reply_default(Reply::http_error(402, "insufficient quota"));
 
-    let mut window = Window::start();
-    let mut gateway = start_gateway(&board);
-    window.bills(&board, &gateway, 1, || aux.bills(), "any waiting card");
+    let mut run = board.scenario();
+    run.start().bills(1, || aux.bills(), "any waiting card");
     let refused_at = Instant::now();
-    gateway.restart();
+    run.restart();
     // As in `provider_wide`: the watch spans PROBE_TICKS ticks by the clock, with the gateway
     // ticking before it (the refusal) and after it (the cards decomposed once the pause ends).
-    window.watch(&gateway, watch);
+    run.watch(watch);
     let after_restart = aux.bills();
     if refused_at.elapsed() >= Duration::from_secs(pause_secs) {
-        window.interrupt(Interruption::new(format!(
+        run.window_mut().interrupt(Interruption::new(format!(
             "the watch ended {:.1}s after the refusal, past the {pause_secs}s pause: the \
              restart took too long for the count to tell anything",
             refused_at.elapsed().as_secs_f64()
         )));
     }
     aux.reply_default(Reply::default_single());
-    let mut resumed = Window::start();
-    resumed.left_triage(
-        &board,
-        &gateway,
+    let window = run.close_window();
+    run.left_triage(
         &cards,
         Duration::from_secs(pause_secs) + target.first_bill_timeout(),
         "every waiting card decomposed after the pause",
     );
-    drop(gateway);
+    let resumed = run.stop();
 
     bound("bills while paused across a restart", after_restart)
         .exactly(PROVIDER_FAULT_BOUND)
@@ -365,33 +349,24 @@ fn the_hourly_ceiling_counts_the_calls_of_the_last_hour_and_no_older_ones(
         .collect();
     let room = WINDOW_CEILING as usize - CALLS_INSIDE_THE_HOUR;
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
+    let mut run = board.scenario();
+    run.start();
     // Nothing more may be decomposed once the hour is full, so probes cannot prove ticks: the
     // watch spans PROBE_TICKS ticks by the clock, between the gateway ticking before (the bill)
     // and after (the rest decomposed once the ceiling is raised).
-    window
-        .bills(
-            &board,
-            &gateway,
-            room,
-            || aux.bills(),
-            "the calls the hour has room for",
-        )
-        .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    run.bills(room, || aux.bills(), "the calls the hour has room for")
+        .watch(span_of_ticks(target, PROBE_TICKS));
     let bills = aux.bills();
     // Worded now: the verdicts below are about the ceiling in force before it was raised.
     let ceiling = board.setting(Setting::CallsPerHour);
     board.reconfigure(Config::gateway().calls_per_hour(100));
-    let mut raised = Window::start();
-    raised.left_triage(
-        &board,
-        &gateway,
+    let window = run.close_window();
+    run.left_triage(
         &cards,
         target.first_bill_timeout(),
         "every card decomposed once the ceiling is raised",
     );
-    drop(gateway);
+    let raised = run.stop();
 
     bound(
         "paid calls with 2 of the ceiling's 3 spent 30 minutes ago and 5 more 61 minutes ago",
@@ -435,28 +410,26 @@ fn a_call_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
             .collect()
     };
 
-    let mut window = Window::start();
-    let mut gateway = start_gateway(&board);
-    window.first_bill(&board, &gateway, &card);
+    let mut run = board.scenario();
+    run.start().first_bill(&card);
     let mut after_kill = Vec::new();
-    if window.ok() {
-        let crash = gateway.kill9();
+    if run.window().ok() {
+        let crash = run.gateway().kill9();
         assert_eq!(crash.signal, Some(Signal::SIGKILL as i32), "{crash}");
         after_kill = outcomes();
-        gateway.restart();
-        window
-            .settle(&gateway, CLOSE_TIMEOUT, "the abandoned call closed", || {
-                outcomes().iter().all(|outcome| outcome != "in_flight")
-            })
-            .prove_ticks(&board, &gateway, 2);
+        run.restart();
+        run.settle(CLOSE_TIMEOUT, "the abandoned call closed", || {
+            outcomes().iter().all(|outcome| outcome != "in_flight")
+        })
+        .prove_ticks(2);
     }
     let bills = aux.billed_for(&card);
     let all_bills = aux.bills();
-    drop(gateway);
+    let seen = run.stop();
 
     bound("bills for a card killed during its only attempt", bills)
         .exactly(1)
-        .over(&window)
+        .over(&seen)
         .context(|| board.diag(&card))
         .gap(GapKind::BudgetNotPersisted);
     let usage = board.cli_json(["kanban", "usage", "--json"]);
@@ -507,7 +480,7 @@ fn a_call_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
             &Value::from(all_bills),
         )
         .verdict("a call a SIGKILL left in flight is closed as unknown and still counted")
-        .over(&window)
+        .over(&seen)
         .context(|| format!("{usage}\n{}", board.diag(&card)))
         .gap(GapKind::CallNotVisible);
 }
@@ -547,26 +520,23 @@ fn a_first_pick_that_sends_nothing_is_followed_by_one_probe_call_not_a_fan_out()
     );
     aux.reply_default(Reply::http_error(402, "insufficient quota"));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .bills(
-            &board,
-            &gateway,
             1,
             || waiting.iter().map(|card| aux.billed_for(card)).sum(),
             "any waiting card",
         )
-        .watch(&gateway, PAST_THE_PROBE_WINDOW);
+        .watch(PAST_THE_PROBE_WINDOW);
     let refused_calls: usize = waiting.iter().map(|card| aux.billed_for(card)).sum();
-    drop(gateway);
+    let seen = run.stop();
 
     bound(
         "calls refused after a first pick that sent nothing",
         refused_calls,
     )
     .at_most(PROVIDER_FAULT_BOUND)
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "the first pick {spent} parked: {}; billed in order: {:?}; {}",
@@ -590,39 +560,34 @@ fn a_reply_slower_than_a_tick_is_one_ok_call_and_no_failure(
     let slow = board.create("an idea the provider thinks over", &["--triage"]);
     aux.reply(&slow, Reply::graph(2, &[]).delayed(SLOWER_THAN_TICKS));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.first_bill(&board, &gateway, &slow);
+    let mut run = board.scenario();
+    run.start().first_bill(&slow);
     // While the slow call is out, a request a dead process left open appears: the next tick
     // closes it, and must tell it from the gateway's own attempt in flight.
     let dead = board.create("its process died mid-call", &["--no-auto-decompose"]);
     board.rows().arrange_request_left_in_flight(&dead, "sweep");
-    window
-        .until(
-            &gateway,
-            target.first_bill_timeout(),
-            "the dead process's request closed",
-            || {
-                board
-                    .rows()
-                    .ledger(&dead)
-                    .iter()
-                    .all(|row| row.outcome != "in_flight")
-            },
-        )
-        .left_triage(
-            &board,
-            &gateway,
-            std::slice::from_ref(&slow),
-            target.first_bill_timeout() + SLOWER_THAN_TICKS,
-            "the slow card decomposed",
-        )
-        .prove_ticks(&board, &gateway, 2);
-    drop(gateway);
+    run.until(
+        target.first_bill_timeout(),
+        "the dead process's request closed",
+        || {
+            board
+                .rows()
+                .ledger(&dead)
+                .iter()
+                .all(|row| row.outcome != "in_flight")
+        },
+    )
+    .left_triage(
+        std::slice::from_ref(&slow),
+        target.first_bill_timeout() + SLOWER_THAN_TICKS,
+        "the slow card decomposed",
+    )
+    .prove_ticks(2);
+    let seen = run.stop();
 
     bound("bills for the slow card", aux.billed_for(&slow))
         .exactly(1)
-        .over(&window)
+        .over(&seen)
         .context(|| board.diag(&slow))
         .gap(GapKind::InFlightRebilled);
     let rows = board.rows();
@@ -640,7 +605,7 @@ fn a_reply_slower_than_a_tick_is_one_ok_call_and_no_failure(
         )
         .equal("children", &rows.children_of(&slow).len(), &2)
         .verdict("the slow call is one ok ledger row, and no failure is recorded")
-        .over(&window)
+        .over(&seen)
         .context(|| board.diag(&slow))
         .gap(GapKind::CallNotVisible);
 }
@@ -656,32 +621,29 @@ fn a_triage_card_another_tool_wrote_is_scheduled_and_decomposed(
     let removed = board.rows().arrange_written_by_another_tool(&foreign);
     assert_eq!(removed, 1, "the card had no decompose schedule to remove");
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .left_triage(
-            &board,
-            &gateway,
             std::slice::from_ref(&foreign),
             target.first_bill_timeout(),
             "the card another tool wrote decomposed",
         )
-        .prove_ticks(&board, &gateway, 2);
-    drop(gateway);
+        .prove_ticks(2);
+    let seen = run.stop();
 
     bound(
         "bills for the card another tool wrote",
         aux.billed_for(&foreign),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&foreign))
     .gap(GapKind::ReplyNotApplied);
     holds(
         "the card another tool wrote is decomposed",
         board.rows().children_of(&foreign).len() == 2,
     )
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&foreign))
     .gap(GapKind::ReplyNotApplied);
 }

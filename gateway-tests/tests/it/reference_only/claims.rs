@@ -17,8 +17,6 @@ use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::json;
 
-use crate::support::start_gateway;
-
 /// How long the provider holds the frozen holder's answer: it is sent while the holder is
 /// stopped, and read when it wakes.
 const HOLDER_ANSWER: Duration = Duration::from_secs(2);
@@ -59,10 +57,9 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
         ],
     );
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.first_bill(&board, &gateway, &card);
-    signal(&gateway, Signal::SIGSTOP);
+    let mut run = board.scenario();
+    run.start().first_bill(&card);
+    signal(run.gateway(), Signal::SIGSTOP);
     let arranged = board.rows().arrange_claim_expired_elsewhere(&card);
 
     let (sweep, holder_done, taker_answer_at) = std::thread::scope(|scope| {
@@ -77,7 +74,7 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
         if let Some(at) = holder_answer_at {
             std::thread::sleep(at.saturating_duration_since(Instant::now()));
         }
-        signal(&gateway, Signal::SIGCONT);
+        signal(run.gateway(), Signal::SIGCONT);
         let holder_done = try_wait_until(
             || {
                 board
@@ -97,8 +94,8 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
         let taker_answer_at = aux.bill_times(&card).get(1).map(|at| *at + TAKER_ANSWER);
         (sweep, took_over.and(holder_done), taker_answer_at)
     });
-    let log = gateway.log_since_start();
-    drop(gateway);
+    let log = run.gateway().log_since_start();
+    let seen = run.stop();
 
     assert_eq!(arranged, 1, "the card in flight had no claim to arrange");
     let rows = board.rows();
@@ -138,7 +135,7 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
     taker_only.gap(GapKind::DoubleApply);
     bound("bills for the card", aux.billed_for(&card))
         .exactly(2)
-        .over(&window)
+        .over(&seen)
         .context(transcript)
         .gap(GapKind::InFlightRebilled);
     let abandoned: Vec<String> = rows

@@ -13,7 +13,7 @@ use fixtures::upstream::{DEFAULT_KEYS, DEFAULT_KEYS_YAML};
 use rstest::rstest;
 use serde_json::Value;
 
-use crate::support::{span_of_ticks, start_gateway, STOP_GRACE};
+use crate::support::{span_of_ticks, STOP_GRACE};
 use crate::PROBE_TICKS;
 
 /// Two typos, one per section the reference checks, and the keys they were meant to be.
@@ -98,22 +98,20 @@ fn judge_typo_warnings(log: &str, window: &Window) {
 }
 
 /// Starts the board's gateway with `extra` arguments, lets it decompose `card` and tick twice
-/// more, stops it, and returns its whole log.
-fn run_until_decomposed(board: &Board, extra: &[&str], card: &str, window: &mut Window) -> String {
-    let mut spec = board.gateway_spec().stop_grace(STOP_GRACE);
-    spec.args.extend(extra.iter().map(Into::into));
-    let gateway = Gateway::spawn(spec);
-    window
+/// more, and stops it: what the run saw, its whole log included.
+fn run_until_decomposed(board: &Board, extra: &[&str], card: &str) -> Seen {
+    let mut run = board.scenario().with_spec(|mut spec| {
+        spec.args.extend(extra.iter().map(Into::into));
+        spec
+    });
+    run.start()
         .left_triage(
-            board,
-            &gateway,
             &[card.to_owned()],
             board.target().first_bill_timeout(),
             "the card auto-decomposed",
         )
-        .prove_ticks(board, &gateway, 2);
-    drop(gateway);
-    read_log(&board.gateway_log_path())
+        .prove_ticks(2);
+    run.stop()
 }
 
 #[rstest]
@@ -123,16 +121,16 @@ fn a_misspelt_key_warns_once_at_start_and_upstreams_keys_stay_silent(
     let card = board.create("an idea on a board with typos", &["--triage"]);
     board.aux().reply(&card, Reply::graph(2, &[]));
 
-    let mut window = Window::start();
-    let log = run_until_decomposed(&board, &[], &card, &mut window);
+    let seen = run_until_decomposed(&board, &[], &card);
+    let log = seen.log();
 
-    judge_typo_warnings(&log, &window);
+    judge_typo_warnings(&log, &seen.window);
     bound(
         "bills for the card under typos",
         board.aux().billed_for(&card),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&card))
     .gap(GapKind::ReplyNotApplied);
 }
@@ -153,8 +151,8 @@ fn gateway_run_json_logs_json_lines_only_and_still_bills(
     let card = board.create("an idea under a JSON log", &["--triage"]);
     board.aux().reply(&card, Reply::graph(2, &[]));
 
-    let mut window = Window::start();
-    let log = run_until_decomposed(&board, &["--json"], &card, &mut window);
+    let seen = run_until_decomposed(&board, &["--json"], &card);
+    let log = seen.log();
 
     let lines: Vec<&str> = log.lines().filter(|line| !line.trim().is_empty()).collect();
     let not_json: Vec<&str> = lines
@@ -167,21 +165,21 @@ fn gateway_run_json_logs_json_lines_only_and_still_bills(
         not_json.len(),
     )
     .at_most(0)
-    .over(&window)
+    .over(&seen)
     .note(|| format!("{} of {} lines: {not_json:?}", not_json.len(), lines.len()))
     .gap(GapKind::WrongJsonLine);
     bound("lines of `gateway run --json`", lines.len())
         .at_least(3)
-        .over(&window)
+        .over(&seen)
         .context(|| log.clone())
         .gap(GapKind::WrongJsonLine);
-    judge_typo_warnings(&log, &window);
+    judge_typo_warnings(&log, &seen.window);
     bound(
         "bills for the card under a JSON log",
         board.aux().billed_for(&card),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&card))
     .gap(GapKind::ReplyNotApplied);
 }
@@ -283,35 +281,29 @@ fn a_bad_edit_mid_run_keeps_the_last_good_config_and_its_bounds(
             .count()
     };
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.watch(&gateway, span_of_ticks(target, 2));
+    let mut run = board.scenario();
+    run.start().watch(span_of_ticks(target, 2));
     // Switched on, but by a file the gateway must refuse: the last good one had it off.
     board.reconfigure(
         Config::gateway()
             .kill_switch(true)
             .yaml(&nested(bad_key, "1001")),
     );
-    window
-        .until(
-            &gateway,
-            EDIT_NOTICED,
-            "the gateway to refuse the edit",
-            || kept(&gateway.log()) > 0,
-        )
-        .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    let log_path = board.gateway_log_path();
+    run.until(EDIT_NOTICED, "the gateway to refuse the edit", || {
+        kept(&read_log(&log_path)) > 0
+    })
+    .watch(span_of_ticks(target, PROBE_TICKS));
     let bills_under_bad_edit = aux.bills();
-    let warnings = kept(&gateway.log());
-    let bad_window = window.clone();
+    let warnings = kept(&run.gateway().log());
+    let bad_window = run.window().clone();
     board.reconfigure(Config::gateway());
-    window.left_triage(
-        &board,
-        &gateway,
+    run.left_triage(
         &cards,
         target.first_bill_timeout(),
         "the waiting cards decomposed once the config is valid again",
     );
-    drop(gateway);
+    let seen = run.stop();
     let bills: Vec<usize> = cards.iter().map(|card| aux.billed_for(card)).collect();
 
     bound(
@@ -333,7 +325,7 @@ fn a_bad_edit_mid_run_keeps_the_last_good_config_and_its_bounds(
         bills.iter().copied().max().unwrap_or(0),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .note(|| format!("bills per card: {bills:?}"))
     .gap(GapKind::KillSwitchIgnored);
 }
@@ -348,17 +340,14 @@ fn a_bad_dotenv_line_is_a_warning_naming_it_and_the_key_below_it_still_bills(
     let card = board.create("an idea billed with the .env key", &["--triage"]);
     aux.reply(&card, Reply::graph(2, &[]));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.left_triage(
-        &board,
-        &gateway,
+    let mut run = board.scenario();
+    run.start().left_triage(
         std::slice::from_ref(&card),
         board.target().first_bill_timeout(),
         "the card decomposed",
     );
-    let log = gateway.log_since_start();
-    drop(gateway);
+    let log = run.gateway().log_since_start();
+    let seen = run.stop();
 
     let bearers: Vec<String> = aux.billed_calls().iter().map(|c| c.bearer()).collect();
     holds(
@@ -374,7 +363,7 @@ fn a_bad_dotenv_line_is_a_warning_naming_it_and_the_key_below_it_still_bills(
         .collect();
     bound("WARN lines naming the bad .env line", warnings.len())
         .exactly(1)
-        .over(&window)
+        .over(&seen)
         .context(|| log.clone())
         .gap(GapKind::SilentMisconfiguration);
 }

@@ -6,7 +6,7 @@
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{span_of_ticks, start_gateway};
+use crate::support::span_of_ticks;
 use crate::{PROBE_TICKS, SHORT_BACKOFF};
 
 /// The attempt budget of the unpark test: small, so the card parks within a few ticks.
@@ -28,30 +28,25 @@ fn a_parked_card_unparked_is_decomposed_by_the_gateway_with_one_bill(
     let card = board.create("an idea the model failed until it parked", &["--triage"]);
     aux.reply(&card, Reply::malformed());
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .until(
-            &gateway,
             board.target().first_bill_timeout(),
             "the card to be parked",
             || !board.rows().events(&card, "decompose_parked").is_empty(),
         )
-        .prove_ticks(&board, &gateway, 2);
+        .prove_ticks(2);
     let parked_bills = aux.billed_for(&card);
-    let parked_window = window.clone();
+    let parked_window = run.window().clone();
     aux.reply(&card, Reply::graph(2, &[]));
     let unpark = board.cli_unchecked(["kanban", "unpark", card.as_str()]);
-    window
-        .left_triage(
-            &board,
-            &gateway,
-            std::slice::from_ref(&card),
-            board.target().first_bill_timeout(),
-            "the unparked card decomposed by the gateway",
-        )
-        .prove_ticks(&board, &gateway, 2);
-    drop(gateway);
+    run.left_triage(
+        std::slice::from_ref(&card),
+        board.target().first_bill_timeout(),
+        "the unparked card decomposed by the gateway",
+    )
+    .prove_ticks(2);
+    let seen = run.stop();
     let bills = aux.billed_for(&card);
 
     bound("gateway bills before the card was parked", parked_bills)
@@ -65,14 +60,14 @@ fn a_parked_card_unparked_is_decomposed_by_the_gateway_with_one_bill(
         bills.saturating_sub(parked_bills),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .context(|| format!("{unpark}\n{}", board.diag(&card)))
     .gap(GapKind::RecoveryFailed);
     holds(
         "the unparked card is decomposed by the gateway",
         board.rows().children_of(&card).len() == 2,
     )
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&card))
     .gap(GapKind::RecoveryFailed);
 }
@@ -86,27 +81,23 @@ fn resume_lets_a_gateway_paused_by_a_refusal_bill_again(
     let card = board.create("an idea behind a revoked key", &["--triage"]);
     aux.reply(&card, Reply::http_error(401, "invalid api key"));
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
+    let mut run = board.scenario();
+    run.start();
     // Nothing may be decomposed during the pause, so the watch spans ticks by the clock, after
     // the gateway showed it ticks (the first bill).
-    window
-        .first_bill(&board, &gateway, &card)
-        .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    run.first_bill(&card)
+        .watch(span_of_ticks(target, PROBE_TICKS));
     let paused_bills = aux.billed_for(&card);
-    let paused_window = window.clone();
+    let paused_window = run.window().clone();
     aux.reply(&card, Reply::graph(2, &[]));
     let resume = board.cli_unchecked(["kanban", "resume"]);
-    window
-        .left_triage(
-            &board,
-            &gateway,
-            std::slice::from_ref(&card),
-            target.first_bill_timeout(),
-            "the card decomposed after the resume",
-        )
-        .prove_ticks(&board, &gateway, 2);
-    drop(gateway);
+    run.left_triage(
+        std::slice::from_ref(&card),
+        target.first_bill_timeout(),
+        "the card decomposed after the resume",
+    )
+    .prove_ticks(2);
+    let seen = run.stop();
     let bills = aux.billed_for(&card);
 
     bound("gateway bills under the provider pause", paused_bills)
@@ -120,14 +111,14 @@ fn resume_lets_a_gateway_paused_by_a_refusal_bill_again(
         bills.saturating_sub(paused_bills),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .context(|| format!("{resume}\n{}", board.diag(&card)))
     .gap(GapKind::RecoveryFailed);
     holds(
         "the card is decomposed by the gateway after the resume",
         board.rows().children_of(&card).len() == 2,
     )
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&card))
     .gap(GapKind::RecoveryFailed);
 }
@@ -142,30 +133,24 @@ fn auto_decompose_off_keeps_the_gateway_away_and_on_brings_it_back(
     let off = board.cli_unchecked(["kanban", "auto-decompose", card.as_str(), "off"]);
     let fresh = board.create("a fresh idea", &["--triage"]);
 
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window
+    let mut run = board.scenario();
+    run.start()
         .left_triage(
-            &board,
-            &gateway,
             std::slice::from_ref(&fresh),
             board.target().first_bill_timeout(),
             "the fresh card auto-decomposed",
         )
-        .prove_ticks(&board, &gateway, PROBE_TICKS);
+        .prove_ticks(PROBE_TICKS);
     let bills_while_off = aux.billed_for(&card);
-    let off_window = window.clone();
+    let off_window = run.window().clone();
     let on = board.cli_unchecked(["kanban", "auto-decompose", card.as_str(), "on"]);
-    window
-        .left_triage(
-            &board,
-            &gateway,
-            std::slice::from_ref(&card),
-            board.target().first_bill_timeout(),
-            "the card switched on decomposed by the gateway",
-        )
-        .prove_ticks(&board, &gateway, 2);
-    drop(gateway);
+    run.left_triage(
+        std::slice::from_ref(&card),
+        board.target().first_bill_timeout(),
+        "the card switched on decomposed by the gateway",
+    )
+    .prove_ticks(2);
+    let seen = run.stop();
     let bills = aux.billed_for(&card);
 
     judge_success("`kanban auto-decompose ID off`", &off);
@@ -180,14 +165,14 @@ fn auto_decompose_off_keeps_the_gateway_away_and_on_brings_it_back(
         bills.saturating_sub(bills_while_off),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .context(|| format!("{on}\n{}", board.diag(&card)))
     .gap(GapKind::RecoveryFailed);
     holds(
         "the switched-on card is decomposed by the gateway",
         board.rows().children_of(&card).len() == 2,
     )
-    .over(&window)
+    .over(&seen)
     .context(|| board.diag(&card))
     .gap(GapKind::RecoveryFailed);
 }

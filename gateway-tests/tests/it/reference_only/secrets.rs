@@ -11,8 +11,6 @@ use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::json;
 
-use crate::support::start_gateway;
-
 /// The decomposer's key.
 const KEY: &str = "sk-hermes-0022-never-shown";
 /// The password in the base URL's userinfo.
@@ -72,7 +70,8 @@ fn no_output_of_a_whole_run_shows_the_key_or_the_urls_password(
             format!("{}\n{}", output.stdout, output.stderr),
         ));
     };
-    let gateway = start_gateway(&board);
+    let mut run = board.scenario();
+    run.start();
     let seen = try_wait_until(
         || {
             !board.rows().events(&echoed, "decompose_failed").is_empty()
@@ -98,7 +97,7 @@ fn no_output_of_a_whole_run_shows_the_key_or_the_urls_password(
     let broken = format!("http://ops:{PASSWORD}@[::1/v1");
     board.reconfigure(board.config().yaml(&decomposer_at(&broken)));
     let noticed = try_wait_until(
-        || gateway.log().contains("auto-decompose cannot run"),
+        || run.gateway().log().contains("auto-decompose cannot run"),
         board.target().first_bill_timeout(),
         "the gateway's word on the broken base URL",
     );
@@ -111,8 +110,8 @@ fn no_output_of_a_whole_run_shows_the_key_or_the_urls_password(
     ] {
         keep(board.cli_unchecked(args));
     }
-    let text_log = gateway.log();
-    drop(gateway);
+    // Read once stopped: the shutdown's lines are held to the same rules.
+    let text_log = run.stop().log();
     let forged = text_log
         .lines()
         .filter(|line| line.starts_with("forged log line"))

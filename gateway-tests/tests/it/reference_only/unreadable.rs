@@ -6,7 +6,6 @@ use fixtures::prelude::*;
 use rstest::rstest;
 
 use crate::fairness::arrange_cards_not_text;
-use crate::support::start_gateway;
 use crate::PROBE_TICKS;
 
 #[rstest]
@@ -15,11 +14,10 @@ fn cards_whose_text_is_not_text_are_set_aside_unpaid_with_one_warning_each(
 ) {
     let aux = board.aux();
     let unreadable = arrange_cards_not_text(&board);
-    let mut window = Window::start();
-    let gateway = start_gateway(&board);
-    window.prove_ticks(&board, &gateway, PROBE_TICKS);
-    let log = gateway.log();
-    drop(gateway);
+    let mut run = board.scenario();
+    run.start().prove_ticks(PROBE_TICKS);
+    let log = run.gateway().log();
+    let seen = run.stop();
 
     let rows = board.rows();
     for card in &unreadable {
@@ -29,7 +27,7 @@ fn cards_whose_text_is_not_text_are_set_aside_unpaid_with_one_warning_each(
             .count();
         bound(format!("WARN lines setting {card} aside"), warnings)
             .exactly(1)
-            .over(&window)
+            .over(&seen)
             .context(|| log.clone())
             .gap(GapKind::UnreadableCardBlocks);
         let parked = rows.events(card, "decompose_parked");
@@ -51,7 +49,7 @@ fn cards_whose_text_is_not_text_are_set_aside_unpaid_with_one_warning_each(
                 &Some(true),
             )
             .verdict(format!("{card} is set aside without a request"))
-            .over(&window)
+            .over(&seen)
             .context(|| board.diag(card))
             .gap(GapKind::BilledForNothing);
     }
