@@ -7,7 +7,7 @@ use fixtures::gateway::GatewayError;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{span_of_ticks, STOP_GRACE};
+use crate::support::span_of_ticks;
 use crate::{PROBE_TICKS, PROVIDER_FAULT_BOUND, SHORT_BACKOFF};
 
 /// Cards waiting under the absurd settings.
@@ -19,14 +19,14 @@ const BILLIONS: u32 = 4_000_000_000;
 /// A cooldown whose end, added to now in milliseconds, overflows a signed 64-bit time.
 const ABSURD_COOLDOWN: f64 = 1e16;
 
-/// Starts the gateway, taking an exit before readiness as an answer (`Err`, with the exit and
-/// the log tail) rather than a harness failure: refusing an out-of-range value at start is
-/// allowed.
-fn start_or_refuse(board: &Board) -> Result<Gateway, String> {
-    match Gateway::try_spawn(board.gateway_spec().stop_grace(STOP_GRACE)) {
-        Ok(gateway) => Ok(gateway),
+/// Starts the scenario's gateway, taking an exit before readiness as an answer (the refusal,
+/// with the exit and the log tail) rather than a harness failure: refusing an out-of-range
+/// value at start is allowed.
+fn start_or_refuse(run: &mut Scenario<'_>) -> Option<String> {
+    match run.try_start() {
+        Ok(_) => None,
         Err(GatewayError::ExitedEarly { exit, tail, .. }) => {
-            Err(format!("exited ({exit}) before it was ready:\n{tail}"))
+            Some(format!("exited ({exit}) before it was ready:\n{tail}"))
         }
         Err(error) => panic!("{error}"),
     }
@@ -49,25 +49,18 @@ fn per_tick_and_hourly_ceiling_in_the_billions_neither_crash_nor_unbound_the_gat
         .map(|i| board.create(&format!("waiting card {i}"), &["--triage"]))
         .collect();
 
-    let mut window = Window::start();
-    let started = start_or_refuse(&board);
-    let refusal = match &started {
-        Ok(gateway) => {
-            window
-                .left_triage(
-                    &board,
-                    gateway,
-                    &cards,
-                    board.target().first_bill_timeout(),
-                    "every waiting card decomposed",
-                )
-                .prove_ticks(&board, gateway, 2);
-            None
-        }
-        Err(refusal) => Some(refusal.clone()),
-    };
+    let mut run = board.scenario();
+    let refusal = start_or_refuse(&mut run);
+    if refusal.is_none() {
+        run.left_triage(
+            &cards,
+            board.target().first_bill_timeout(),
+            "every waiting card decomposed",
+        )
+        .prove_ticks(2);
+    }
     let bills: Vec<usize> = cards.iter().map(|card| aux.billed_for(card)).collect();
-    drop(started);
+    let seen = run.stop();
 
     let keys = ["auto_decompose_per_tick", "decompose_calls_per_hour"];
     holds(
@@ -77,7 +70,7 @@ fn per_tick_and_hourly_ceiling_in_the_billions_neither_crash_nor_unbound_the_gat
             .as_deref()
             .is_none_or(|refusal| refused_as_documented(refusal, &keys)),
     )
-    .over(&window)
+    .over(&seen)
     .note(|| refusal.clone().unwrap_or_default())
     .gap(GapKind::GatewayExited);
     bound(
@@ -85,7 +78,7 @@ fn per_tick_and_hourly_ceiling_in_the_billions_neither_crash_nor_unbound_the_gat
         bills.iter().copied().max().unwrap_or(0),
     )
     .at_most(1)
-    .over(&window)
+    .over(&seen)
     .note(|| format!("bills per card: {bills:?}"))
     .gap(GapKind::RebilledAfterDecompose);
 }
@@ -104,21 +97,16 @@ fn a_cooldown_of_1e16_seconds_still_pauses_after_a_refusal() {
     }
     aux.reply_default(Reply::http_error(401, "invalid api key"));
 
-    let mut window = Window::start();
-    let started = start_or_refuse(&board);
+    let mut run = board.scenario();
+    let refusal = start_or_refuse(&mut run);
     // Nothing may be decomposed during the pause: the watch spans ticks by the clock, after the
     // gateway showed it ticks (the first bill).
-    let refusal = match &started {
-        Ok(gateway) => {
-            window
-                .bills(&board, gateway, 1, || aux.bills(), "any waiting card")
-                .watch(gateway, span_of_ticks(target, PROBE_TICKS));
-            None
-        }
-        Err(refusal) => Some(refusal.clone()),
-    };
+    if refusal.is_none() {
+        run.bills(1, || aux.bills(), "any waiting card")
+            .watch(span_of_ticks(target, PROBE_TICKS));
+    }
     let bills = aux.bills();
-    drop(started);
+    let seen = run.stop();
 
     holds(
         "a gateway on a cooldown of 1e16 seconds runs, or refuses it at start with exit 1 \
@@ -127,12 +115,12 @@ fn a_cooldown_of_1e16_seconds_still_pauses_after_a_refusal() {
             .as_deref()
             .is_none_or(|refusal| refused_as_documented(refusal, &["provider_cooldown_seconds"])),
     )
-    .over(&window)
+    .over(&seen)
     .note(|| refusal.clone().unwrap_or_default())
     .gap(GapKind::GatewayExited);
     bound("bills after a 401 under a cooldown of 1e16 seconds", bills)
         .at_most(PROVIDER_FAULT_BOUND)
-        .over(&window)
+        .over(&seen)
         .note(|| {
             format!(
                 "{WAITING_CARDS} cards waiting; billed in order: {:?}; {}",

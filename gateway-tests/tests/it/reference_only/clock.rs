@@ -13,19 +13,20 @@ use fixtures::faketime::{log_times, FakeClock};
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{span_of_ticks, STOP_GRACE};
+use crate::support::span_of_ticks;
 use crate::PROBE_TICKS;
 
 /// How far the wall clock jumps ahead: past the ceiling's rolling hour and past the pause.
 const JUMP: Duration = Duration::from_secs(2 * 3600 + 60);
 
 /// Starts the gateway on `board` with its wall clock on `clock`.
-fn gateway_on(board: &Board, clock: &FakeClock) -> Gateway {
-    let mut spec = board.gateway_spec().stop_grace(STOP_GRACE);
-    for (name, value) in clock.env() {
-        spec = spec.env_var(name, value);
-    }
-    Gateway::spawn(spec)
+fn on_clock<'b>(board: &'b Board, clock: &FakeClock) -> Scenario<'b> {
+    board.scenario().with_spec(|mut spec| {
+        for (name, value) in clock.env() {
+            spec = spec.env_var(name, value);
+        }
+        spec
+    })
 }
 
 fn unix_now() -> i64 {
@@ -58,35 +59,30 @@ fn a_forward_jump_of_the_wall_clock_does_not_widen_the_hourly_ceiling(
         .map(|i| board.create(&format!("idea {i}"), &["--triage"]))
         .collect();
 
-    let mut window = Window::start();
-    let gateway = gateway_on(&board, &clock);
+    let mut run = on_clock(&board, &clock);
     // Nothing more may be decomposed at the ceiling, so probes cannot prove ticks: the watches
     // span ticks by the clock, between the gateway ticking before (the bills) and after (the
     // rest decomposed once the ceiling is raised).
-    window
+    run.start()
         .bills(
-            &board,
-            &gateway,
             CEILING as usize,
             || aux.bills(),
             "the calls the hour has room for",
         )
-        .watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+        .watch(span_of_ticks(target, PROBE_TICKS));
     let jumped_at = unix_now();
     clock.set_offset(JUMP.as_secs() as i64);
-    window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    run.watch(span_of_ticks(target, PROBE_TICKS));
     let after_jump = aux.bills();
     board.reconfigure(Config::gateway().calls_per_hour(100));
-    let mut raised = Window::start();
-    raised.left_triage(
-        &board,
-        &gateway,
+    let window = run.close_window();
+    run.left_triage(
         &cards,
         target.first_bill_timeout(),
         "every card decomposed once the ceiling is raised",
     );
-    let log = gateway.log();
-    drop(gateway);
+    let raised = run.stop();
+    let log = raised.log();
 
     holds(
         "the gateway's wall clock jumped ahead",
@@ -128,38 +124,30 @@ fn a_forward_jump_of_the_wall_clock_does_not_end_a_provider_pause(
         .collect();
     aux.reply_default(Reply::http_error(401, "invalid api key"));
 
-    let mut window = Window::start();
-    let gateway = gateway_on(&board, &clock);
-    window
-        .bills(&board, &gateway, 1, || aux.bills(), "the refused call")
-        .until(
-            &gateway,
-            target.first_bill_timeout(),
-            "the pause recorded",
-            || {
-                cards
-                    .iter()
-                    .any(|card| !board.rows().events(card, "decompose_failed").is_empty())
-            },
-        );
+    let mut run = on_clock(&board, &clock);
+    run.start()
+        .bills(1, || aux.bills(), "the refused call")
+        .until(target.first_bill_timeout(), "the pause recorded", || {
+            cards
+                .iter()
+                .any(|card| !board.rows().events(card, "decompose_failed").is_empty())
+        });
     let jumped_at = unix_now();
     clock.set_offset(JUMP.as_secs() as i64);
     // Nothing may be decomposed while paused: the watch spans ticks by the clock, between the
     // gateway ticking before (the refusal) and after (the cards decomposed after `resume`).
-    window.watch(&gateway, span_of_ticks(target, PROBE_TICKS));
+    run.watch(span_of_ticks(target, PROBE_TICKS));
     let after_jump = aux.bills();
     aux.reply_default(Reply::default_single());
     board.cli(["kanban", "resume"]);
-    let mut resumed = Window::start();
-    resumed.left_triage(
-        &board,
-        &gateway,
+    let window = run.close_window();
+    run.left_triage(
         &cards,
         target.first_bill_timeout(),
         "every waiting card decomposed after `kanban resume`",
     );
-    let log = gateway.log();
-    drop(gateway);
+    let resumed = run.stop();
+    let log = resumed.log();
 
     holds(
         "the gateway's wall clock jumped ahead",
@@ -223,17 +211,14 @@ fn rows_a_clock_that_ran_ahead_dated_in_the_future_keep_nothing_waiting_past_its
 
     // The clock is correct again: a gateway on the real clock.
     board.reconfigure(Config::gateway().cooldown(SHORT_PAUSE).backoff(0.05));
-    let mut window = Window::start();
-    let gateway = Gateway::spawn(board.gateway_spec().stop_grace(STOP_GRACE));
-    window.left_triage(
-        &board,
-        &gateway,
+    let mut run = board.scenario();
+    run.start().left_triage(
         &[failed.clone(), refused.clone()],
         Duration::from_secs_f64(SHORT_PAUSE) + target.first_bill_timeout(),
         "both cards decomposed within their own waits",
     );
-    let log = gateway.log();
-    drop(gateway);
+    let seen = run.stop();
+    let log = seen.log();
 
     let now_ms = i64::try_from(
         SystemTime::now()
@@ -256,7 +241,7 @@ fn rows_a_clock_that_ran_ahead_dated_in_the_future_keep_nothing_waiting_past_its
             .count(),
     )
     .at_most(0)
-    .over(&window)
+    .over(&seen)
     .context(|| format!("{}\n{}", board.diag(&failed), board.diag(&refused)))
     .gap(GapKind::PauseNeverEnded);
     let still_ahead: Vec<i64> = board
@@ -269,7 +254,7 @@ fn rows_a_clock_that_ran_ahead_dated_in_the_future_keep_nothing_waiting_past_its
         .collect();
     bound("ledger rows still dated in the future", still_ahead.len())
         .at_most(0)
-        .over(&window)
+        .over(&seen)
         .note(|| format!("started at {still_ahead:?} (ms), now {now_ms}"))
         .gap(GapKind::HourlyCeilingExceeded);
     let said = log
@@ -278,7 +263,7 @@ fn rows_a_clock_that_ran_ahead_dated_in_the_future_keep_nothing_waiting_past_its
         .count();
     bound("WARN lines saying rows were re-dated", said)
         .exactly(1)
-        .over(&window)
+        .over(&seen)
         .context(|| log.clone())
         .gap(GapKind::CallNotVisible);
 }

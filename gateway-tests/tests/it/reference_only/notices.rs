@@ -10,7 +10,7 @@ use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 
-use crate::support::{span_of_ticks, STOP_GRACE};
+use crate::support::span_of_ticks;
 use crate::PROBE_TICKS;
 
 /// What a file size limit of one byte leaves writable of a board: nothing.
@@ -46,45 +46,39 @@ fn a_board_that_cannot_be_written_is_reported_once_per_condition_in_words_that_s
 ) {
     let target = board.target();
     let aux = board.aux();
-    let mut spec = board
-        .gateway_spec()
-        .stop_grace(STOP_GRACE)
-        .log_through_pipe()
-        .ignore_file_size_signal();
-    spec.args.push("--json".into());
-    let gateway = Gateway::spawn(spec);
-    let mut window = Window::start();
-    window.prove_ticks(&board, &gateway, 1);
+    let mut run = board.scenario().with_spec(|mut spec| {
+        spec.args.push("--json".into());
+        spec.log_through_pipe().ignore_file_size_signal()
+    });
+    run.start().prove_ticks(1);
 
     let card = board.create("answered while the disk is full", &["--triage"]);
     aux.reply(&card, Reply::default_single().delayed(SLOW_ANSWER));
-    window.first_bill(&board, &gateway, &card);
+    run.first_bill(&card);
     // The request is on its way; its end cannot be recorded.
-    if let Err(error) = set_file_size_limit(gateway.pid(), NO_ROOM) {
+    if let Err(error) = set_file_size_limit(run.gateway().pid(), NO_ROOM) {
         panic!("{error}");
     }
-    window.watch(&gateway, SLOW_ANSWER + span_of_ticks(target, PROBE_TICKS));
-    let while_full = json_lines(&gateway.log());
-    if let Err(error) = set_file_size_limit(gateway.pid(), None) {
+    run.watch(SLOW_ANSWER + span_of_ticks(target, PROBE_TICKS));
+    let while_full = json_lines(&run.gateway().log());
+    if let Err(error) = set_file_size_limit(run.gateway().pid(), None) {
         panic!("{error}");
     }
-    let mut writable = Window::start();
-    writable
-        .until(
-            &gateway,
-            target.first_bill_timeout(),
-            "the unrecorded request closed as `unknown`",
-            || {
-                board
-                    .rows()
-                    .ledger(&card)
-                    .iter()
-                    .any(|row| row.outcome == "unknown")
-            },
-        )
-        .prove_ticks(&board, &gateway, 1);
-    let after = json_lines(&gateway.log());
-    drop(gateway);
+    let window = run.close_window();
+    run.until(
+        target.first_bill_timeout(),
+        "the unrecorded request closed as `unknown`",
+        || {
+            board
+                .rows()
+                .ledger(&card)
+                .iter()
+                .any(|row| row.outcome == "unknown")
+        },
+    )
+    .prove_ticks(1);
+    let after = json_lines(&run.gateway().log());
+    let writable = run.stop();
 
     let sent = lines_at(&while_full, "WARN", "was sent (it may be billed)");
     holds(
