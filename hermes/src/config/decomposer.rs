@@ -36,8 +36,8 @@ use super::{
 };
 
 /// `auxiliary.kanban_decomposer.*`: upstream's keys, all read here (by [`read`], which resolves
-/// them together rather than one field per key). In upstream's order, which the unknown-key
-/// hint breaks ties by.
+/// them together rather than one field per key). Their order breaks ties in the unknown-key
+/// hint (the first of two equally close names is named).
 pub(super) const KEYS: &[KeySpec] = &[
     text("auxiliary.kanban_decomposer.provider", None).meaning(
         "`auto` when unset, `custom`, `openai` or another provider's name: where decompose calls \

@@ -9,26 +9,27 @@ use std::path::Path;
 
 use serde_norway::Value;
 
-use super::table::{leaf_count, leaves, Upstream};
+use super::table::{leaf_count, leaves, ReadBy};
 use super::{decomposer, Config, Got, KanbanConfig, Reader, Section};
 
-// The names a key is checked against, from the table (`table`), in its order: a tie between
-// two equally close names goes to the first.
+// The names a key is checked against, from the table (`table`) and in its order, which is
+// the order a tie between two equally close names is broken by.
 
 /// `kanban.*` keys this gateway reads.
-const KANBAN_OURS: &[&str] =
-    &leaves::<{ leaf_count(KanbanConfig::KEYS, ONLY_UPSTREAM) }>(KanbanConfig::KEYS, ONLY_UPSTREAM);
+const KANBAN_OURS: &[&str] = &leaves::<{ leaf_count(KanbanConfig::KEYS, ReadBy::Hermes) }>(
+    KanbanConfig::KEYS,
+    ReadBy::Hermes,
+);
 
 /// `kanban.*` keys upstream's default config defines or its code reads.
-const KANBAN_UPSTREAM: &[&str] =
-    &leaves::<{ leaf_count(KanbanConfig::KEYS, ONLY_OURS) }>(KanbanConfig::KEYS, ONLY_OURS);
+const KANBAN_UPSTREAM: &[&str] = &leaves::<{ leaf_count(KanbanConfig::KEYS, ReadBy::Upstream) }>(
+    KanbanConfig::KEYS,
+    ReadBy::Upstream,
+);
 
 /// `auxiliary.kanban_decomposer.*` keys upstream defines or reads (this gateway reads them all).
 const DECOMPOSER_KEYS: &[&str] =
-    &leaves::<{ leaf_count(decomposer::KEYS, None) }>(decomposer::KEYS, None);
-
-const ONLY_UPSTREAM: Option<Upstream> = Some(Upstream::Only);
-const ONLY_OURS: Option<Upstream> = Some(Upstream::No);
+    &leaves::<{ leaf_count(decomposer::KEYS, ReadBy::Either) }>(decomposer::KEYS, ReadBy::Either);
 
 /// Something in `config.yaml` that was ignored but looks like a mistake.
 #[derive(Debug, Clone, PartialEq, Eq)]
