@@ -29,9 +29,56 @@ use std::time::Duration;
 use serde_json::{Map, Value as Json};
 use serde_norway::Value;
 
-use super::DECOMPOSER_TIMEOUT;
+use super::table::{other, seconds, secret, text, KeySpec};
 use super::{
-    keys, non_blank, read_dotenv, Config, ConfigError, DotEnv, Got, Home, Reader, Section,
+    keys, non_blank, read_dotenv, Config, ConfigError, DotEnv, Got, Home, NumericKey, Reader,
+    Section,
+};
+
+/// `auxiliary.kanban_decomposer.*`: upstream's keys, all read here (by [`read`], which resolves
+/// them together rather than one field per key). Their order breaks ties in the unknown-key
+/// hint (the first of two equally close names is named).
+pub(super) const KEYS: &[KeySpec] = &[
+    text("auxiliary.kanban_decomposer.provider", None).meaning(
+        "`auto` when unset, `custom`, `openai` or another provider's name: where decompose calls \
+         go, see below",
+    ),
+    text("auxiliary.kanban_decomposer.model", None)
+        .meaning("the model decompose calls name (blank or `auto`: `model.default`)"),
+    text("auxiliary.kanban_decomposer.base_url", None)
+        .meaning("the decomposer's own OpenAI-compatible endpoint, see below"),
+    secret("auxiliary.kanban_decomposer.api_key").meaning("the decomposer's own key, see below"),
+    TIMEOUT,
+    other(
+        "auxiliary.kanban_decomposer.extra_body",
+        "a mapping of request fields",
+    )
+    .meaning("merged into every decompose request body, within limits, see below"),
+    other(
+        "auxiliary.kanban_decomposer.reasoning_effort",
+        "a reasoning level",
+    )
+    .meaning("folded into `extra_body` as `reasoning`, as upstream does"),
+    text("auxiliary.kanban_decomposer.key_env", None)
+        .meaning("the variable read when `api_key` is blank"),
+    text("auxiliary.kanban_decomposer.api_key_env", None)
+        .meaning("the same, when `key_env` is not set"),
+    text("auxiliary.kanban_decomposer.api_mode", None)
+        .meaning("only `chat_completions` (or unset) can be served; another mode is refused"),
+    other("auxiliary.kanban_decomposer.fallback_chain", "a list").meaning(
+        "ignored, with a warning: this gateway never retries a decompose call on another provider",
+    ),
+];
+
+const TIMEOUT: KeySpec = seconds("auxiliary.kanban_decomposer.timeout", None, 0.01, 3600.0)
+    .meaning(
+        "bounds a decompose request together with `auxiliary.timeout_seconds`: the stricter \
+         applies",
+    );
+
+const TIMEOUT_RANGE: NumericKey = match TIMEOUT.numeric() {
+    Some(range) => range,
+    None => panic!("the timeout is a number of seconds"),
 };
 
 /// Where `provider: openai` goes when no `base_url` is given (upstream's alias).
@@ -423,7 +470,7 @@ pub(super) fn read(reader: &Reader, s: &Section) -> Result<DecomposerConfig, Con
         None => reader.opt_string(s, "api_key_env")?,
     };
     let api_mode = reader.opt_string(s, "api_mode")?;
-    let timeout = reader.seconds(s, &DECOMPOSER_TIMEOUT)?;
+    let timeout = reader.seconds(s, &TIMEOUT_RANGE)?;
     let mut extra_body = extra_body(reader, s)?;
     if !extra_body.contains_key("reasoning") {
         if let Some(reasoning) = reasoning(reader, s) {

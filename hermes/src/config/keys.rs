@@ -9,60 +9,27 @@ use std::path::Path;
 
 use serde_norway::Value;
 
-use super::{Config, Got, Reader, Section};
+use super::table::{leaf_count, leaves, ReadBy};
+use super::{decomposer, Config, Got, KanbanConfig, Reader, Section};
+
+// The names a key is checked against, from the table (`table`) and in its order, which is
+// the order a tie between two equally close names is broken by.
 
 /// `kanban.*` keys this gateway reads.
-const KANBAN_OURS: &[&str] = &[
-    "dispatch_in_gateway",
-    "dispatch_interval_seconds",
-    "max_spawn",
-    "auto_decompose",
-    "auto_decompose_per_tick",
-    "orchestrator_profile",
-    "default_assignee",
-    "auto_promote_children",
-    "decompose_max_attempts",
-    "decompose_backoff_seconds",
-    "decompose_max_children",
-    "decompose_calls_per_hour",
-    "provider_cooldown_seconds",
-    "prices",
-];
+const KANBAN_OURS: &[&str] = &leaves::<{ leaf_count(KanbanConfig::KEYS, ReadBy::Hermes) }>(
+    KanbanConfig::KEYS,
+    ReadBy::Hermes,
+);
 
 /// `kanban.*` keys upstream's default config defines or its code reads.
-const KANBAN_UPSTREAM: &[&str] = &[
-    "auto_subscribe_on_create",
-    "dispatch_in_gateway",
-    "dispatch_interval_seconds",
-    "failure_limit",
-    "worker_log_rotate_bytes",
-    "worker_log_backup_count",
-    "orchestrator_profile",
-    "default_assignee",
-    "max_in_progress_per_profile",
-    "max_in_progress",
-    "max_spawn",
-    "auto_decompose",
-    "auto_decompose_per_tick",
-    "auto_promote_children",
-    "dispatch_stale_timeout_seconds",
-    "diagnostics",
-];
+const KANBAN_UPSTREAM: &[&str] = &leaves::<{ leaf_count(KanbanConfig::KEYS, ReadBy::Upstream) }>(
+    KanbanConfig::KEYS,
+    ReadBy::Upstream,
+);
 
 /// `auxiliary.kanban_decomposer.*` keys upstream defines or reads (this gateway reads them all).
-const DECOMPOSER_KEYS: &[&str] = &[
-    "provider",
-    "model",
-    "base_url",
-    "api_key",
-    "timeout",
-    "extra_body",
-    "reasoning_effort",
-    "key_env",
-    "api_key_env",
-    "api_mode",
-    "fallback_chain",
-];
+const DECOMPOSER_KEYS: &[&str] =
+    &leaves::<{ leaf_count(decomposer::KEYS, ReadBy::Either) }>(decomposer::KEYS, ReadBy::Either);
 
 /// Something in `config.yaml` that was ignored but looks like a mistake.
 #[derive(Debug, Clone, PartialEq, Eq)]

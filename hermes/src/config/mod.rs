@@ -11,6 +11,7 @@
 mod decomposer;
 mod keys;
 mod prices;
+mod table;
 #[cfg(test)]
 mod tests;
 
@@ -20,6 +21,7 @@ pub use decomposer::{
 };
 pub use keys::{ConfigWarning, WarningLog};
 pub use prices::{format_cost, Price, Prices, PRICES_KEY};
+pub use table::{keys_table, KeySpec, Kind, Range, Upstream, KEYS};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -29,6 +31,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_norway::{Mapping, Value};
+
+use table::{fits, flag, ignored, other, read_setting, seconds, section, text, whole, Setting};
 
 /// Errors from locating the home or reading its configuration files.
 #[derive(Debug, thiserror::Error)]
@@ -172,79 +176,136 @@ pub struct Config {
     pub warnings: Vec<ConfigWarning>,
 }
 
-/// `model.*`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ModelConfig {
-    /// OpenAI-compatible base URL, e.g. `http://127.0.0.1:PORT/v1`.
-    pub base_url: Option<String>,
-    /// Model name sent in requests.
-    pub default: Option<String>,
-    /// Provider label; accepted for compatibility, not used.
-    pub provider: Option<String>,
+section! {
+    /// `model.*`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ModelConfig {
+        /// OpenAI-compatible base URL, e.g. `http://127.0.0.1:PORT/v1`.
+        pub base_url: Option<String> = text("model.base_url", None).meaning(
+            "the OpenAI-compatible endpoint decompose calls go to, unless \
+             `auxiliary.kanban_decomposer` says otherwise",
+        ),
+        /// Model name sent in requests.
+        pub default: Option<String> = text("model.default", None).meaning(
+            "the model decompose calls name, unless `auxiliary.kanban_decomposer.model` says \
+             otherwise (a bare `model: NAME`, as upstream writes it, means the same)",
+        ),
+        /// Provider label; accepted for compatibility, not used.
+        pub provider: Option<String> = text("model.provider", None)
+            .meaning("accepted for upstream's sake, not used"),
+    }
 }
 
-/// `auxiliary.*`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuxiliaryConfig {
-    /// Extra HTTP tries inside one attempt on 5xx / connection errors (at most
-    /// [`MAX_TRANSIENT_RETRIES`]).
-    pub transient_retries: u32,
-    /// Wall-clock bound on one aux HTTP request, streaming included. Decompose calls use
-    /// [`Config::decompose_timeout`], which also honours the decomposer's own `timeout`.
-    pub timeout: Duration,
-    /// `auxiliary.kanban_decomposer.*`, upstream's per-task settings for decompose calls.
-    pub kanban_decomposer: DecomposerConfig,
+section! {
+    /// `auxiliary.*`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AuxiliaryConfig {
+        /// Extra HTTP tries inside one attempt on 5xx / connection errors (at most
+        /// [`MAX_TRANSIENT_RETRIES`]).
+        pub transient_retries: u32 = whole(
+            "auxiliary.transient_retries",
+            "retries",
+            Some(2),
+            0,
+            MAX_TRANSIENT_RETRIES,
+        )
+        .clamped_above()
+        .meaning("extra tries on 5xx / connection errors inside one attempt"),
+        /// Wall-clock bound on one aux HTTP request, streaming included. Decompose calls use
+        /// [`Config::decompose_timeout`], which also honours the decomposer's own `timeout`.
+        pub timeout: Duration = seconds("auxiliary.timeout_seconds", Some(120.0), 0.01, 3600.0)
+            .ours()
+            .meaning("bound on one request, streaming included"),
+        /// `auxiliary.kanban_decomposer.*`, upstream's per-task settings for decompose calls.
+        pub kanban_decomposer: DecomposerConfig =
+            other("auxiliary.kanban_decomposer", "a mapping of the keys below")
+                .meaning("upstream's settings for decompose calls, see below"),
+    }
 }
 
-/// `kanban.*`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KanbanConfig {
-    /// Whether `gateway run` hosts the dispatcher at all.
-    pub dispatch_in_gateway: bool,
-    /// Dispatcher tick period (always > 0).
-    pub dispatch_interval: Duration,
-    /// Worker spawn limit per tick; spawning is out of scope, the key is only accepted.
-    pub max_spawn: Option<u32>,
-    /// Master switch for automatic decomposition (re-read every tick).
-    pub auto_decompose: bool,
-    /// Cards attempted per tick (always >= 1).
-    pub auto_decompose_per_tick: u32,
-    /// Assignee given to a decomposed root.
-    pub orchestrator_profile: String,
-    /// Assignee for children with no or an unknown assignee.
-    pub default_assignee: String,
-    /// After a decompose, promote parent-free `todo` cards to `ready`.
-    pub auto_promote_children: bool,
-    /// Paid attempts per card before it is parked.
-    pub decompose_max_attempts: u32,
-    /// Wait after the first failed attempt (doubles per failure, capped by the dispatcher).
-    pub decompose_backoff: Duration,
-    /// A fan-out with more children than this is rejected whole (always >= 1).
-    pub decompose_max_children: u32,
-    /// Board-wide ceiling on paid aux calls in any rolling hour.
-    pub decompose_calls_per_hour: u32,
-    /// Board-wide pause after 401/402/403 from the provider.
-    pub provider_cooldown: Duration,
-    /// `kanban.prices`: USD per million tokens by model, for `kanban usage`'s estimates. Empty
-    /// when none are configured (then no cost is shown at all).
-    pub prices: Prices,
+section! {
+    /// `kanban.*`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct KanbanConfig {
+        /// Whether `gateway run` hosts the dispatcher at all.
+        pub dispatch_in_gateway: bool = flag("kanban.dispatch_in_gateway", true)
+            .meaning("`false`: the gateway runs without a dispatcher"),
+        /// Dispatcher tick period (always > 0).
+        pub dispatch_interval: Duration =
+            seconds("kanban.dispatch_interval_seconds", Some(60.0), 0.01, 86_400.0)
+                .meaning("the gateway's tick"),
+        /// Worker spawn limit per tick; spawning is out of scope, the key is only accepted.
+        pub max_spawn: Option<u32> = whole("kanban.max_spawn", "workers", None, 0, 1000)
+            .meaning("accepted for upstream's sake; this gateway spawns no workers"),
+        /// Master switch for automatic decomposition (re-read every tick).
+        pub auto_decompose: bool = flag("kanban.auto_decompose", true)
+            .meaning("re-read every tick: `false` stops paid calls from the next tick on"),
+        /// Cards attempted per tick (always >= 1).
+        pub auto_decompose_per_tick: u32 =
+            whole("kanban.auto_decompose_per_tick", "cards", Some(3), 1, 1000)
+                .clamped_below()
+                .meaning("cards attempted (and in flight) per tick"),
+        /// Assignee given to a decomposed root.
+        pub orchestrator_profile: String =
+            text("kanban.orchestrator_profile", Some(DEFAULT_PROFILE))
+                .meaning("who owns a decomposed root"),
+        /// Assignee for children with no or an unknown assignee.
+        pub default_assignee: String = text("kanban.default_assignee", Some(DEFAULT_PROFILE))
+            .meaning("who gets the children with no or an unknown assignee"),
+        /// After a decompose, promote parent-free `todo` cards to `ready`.
+        pub auto_promote_children: bool = flag("kanban.auto_promote_children", true)
+            .meaning("after a decompose, promote parent-free `todo` cards to `ready`"),
+        /// Paid attempts per card before it is parked.
+        pub decompose_max_attempts: u32 =
+            whole("kanban.decompose_max_attempts", "attempts", Some(3), 0, 100)
+                .ours()
+                .meaning("automatic attempts per card before it is parked"),
+        /// Wait after the first failed attempt (doubles per failure, capped by the dispatcher).
+        pub decompose_backoff: Duration =
+            seconds("kanban.decompose_backoff_seconds", Some(60.0), 0.0, 3600.0)
+                .ours()
+                .meaning("wait after a failure, doubling per failure, capped at 1 h"),
+        /// A fan-out with more children than this is rejected whole (always >= 1).
+        pub decompose_max_children: u32 =
+            whole("kanban.decompose_max_children", "children", Some(8), 1, 100)
+                .ours()
+                .meaning("a larger fan-out is rejected whole"),
+        /// Board-wide ceiling on paid aux calls in any rolling hour.
+        pub decompose_calls_per_hour: u32 =
+            whole("kanban.decompose_calls_per_hour", "calls", Some(120), 0, 100_000)
+                .ours()
+                .meaning("board-wide ceiling on paid calls in any rolling hour"),
+        /// Board-wide pause after 401/402/403 from the provider.
+        pub provider_cooldown: Duration =
+            seconds("kanban.provider_cooldown_seconds", Some(900.0), 1.0, 86_400.0)
+                .ours()
+                .meaning("board-wide pause after 401/402/403"),
+        /// `kanban.prices`: USD per million tokens by model, for `kanban usage`'s estimates. Empty
+        /// when none are configured (then no cost is shown at all).
+        pub prices: Prices = other(PRICES_KEY, "a mapping of model name to `{input, output}`")
+            .ours()
+            .meaning("USD per million prompt / completion tokens, for `kanban usage`'s estimates"),
+    }
+    // Keys only upstream reads (its workers, subscriptions and diagnostics): known, so that a
+    // config written for upstream loads without a warning for each.
+    also: [
+        ignored("kanban.auto_subscribe_on_create"),
+        ignored("kanban.failure_limit"),
+        ignored("kanban.worker_log_rotate_bytes"),
+        ignored("kanban.worker_log_backup_count"),
+        ignored("kanban.max_in_progress_per_profile"),
+        ignored("kanban.max_in_progress"),
+        ignored("kanban.dispatch_stale_timeout_seconds"),
+        ignored("kanban.diagnostics"),
+    ]
 }
 
 /// Upper bound on `auxiliary.transient_retries`; larger values are clamped to it, as upstream
 /// does, so a config written for upstream keeps working without multiplying the bill further.
 pub const MAX_TRANSIENT_RETRIES: u32 = 6;
 
-// The defaults of contract §2, in one place.
-const DEFAULT_TRANSIENT_RETRIES: u32 = 2;
-const DEFAULT_AUX_TIMEOUT_SECS: u64 = 120;
-const DEFAULT_DISPATCH_INTERVAL_SECS: u64 = 60;
-const DEFAULT_PER_TICK: u32 = 3;
+/// Who gets a card when nothing else says (contract §2).
 const DEFAULT_PROFILE: &str = "default";
-const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-const DEFAULT_BACKOFF_SECS: u64 = 60;
-const DEFAULT_MAX_CHILDREN: u32 = 8;
-const DEFAULT_CALLS_PER_HOUR: u32 = 120;
-const DEFAULT_PROVIDER_COOLDOWN_SECS: u64 = 900;
 
 /// What a numeric key counts, for its error message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,7 +326,7 @@ pub enum Beyond {
     Clamped,
 }
 
-/// A numeric key's documented range; the README's configuration table lists the same.
+/// A numeric key's documented range, as the table ([`KEYS`]) gives it.
 ///
 /// The ends are chosen so that any value inside is harmless: nothing is allocated from a count,
 /// and every duration, added to any timestamp until the year 9999, stays far from overflow.
@@ -281,17 +342,6 @@ pub struct NumericKey {
 }
 
 impl NumericKey {
-    const fn new(key: &'static str, unit: Unit, min: f64, max: f64) -> NumericKey {
-        NumericKey {
-            key,
-            unit,
-            min,
-            max,
-            below_min: Beyond::Refused,
-            above_max: Beyond::Refused,
-        }
-    }
-
     /// The last segment of the dotted key.
     fn leaf(&self) -> &'static str {
         match self.key.rfind('.') {
@@ -315,116 +365,8 @@ impl NumericKey {
     }
 }
 
-pub const TRANSIENT_RETRIES: NumericKey = NumericKey {
-    above_max: Beyond::Clamped,
-    ..NumericKey::new(
-        "auxiliary.transient_retries",
-        Unit::Whole("retries"),
-        0.0,
-        MAX_TRANSIENT_RETRIES as f64,
-    )
-};
-pub const AUX_TIMEOUT: NumericKey =
-    NumericKey::new("auxiliary.timeout_seconds", Unit::Seconds, 0.01, 3600.0);
-pub const DECOMPOSER_TIMEOUT: NumericKey = NumericKey::new(
-    "auxiliary.kanban_decomposer.timeout",
-    Unit::Seconds,
-    0.01,
-    3600.0,
-);
-pub const DISPATCH_INTERVAL: NumericKey = NumericKey::new(
-    "kanban.dispatch_interval_seconds",
-    Unit::Seconds,
-    0.01,
-    86_400.0,
-);
-pub const MAX_SPAWN: NumericKey =
-    NumericKey::new("kanban.max_spawn", Unit::Whole("workers"), 0.0, 1000.0);
-pub const PER_TICK: NumericKey = NumericKey {
-    below_min: Beyond::Clamped,
-    ..NumericKey::new(
-        "kanban.auto_decompose_per_tick",
-        Unit::Whole("cards"),
-        1.0,
-        1000.0,
-    )
-};
-pub const MAX_ATTEMPTS: NumericKey = NumericKey::new(
-    "kanban.decompose_max_attempts",
-    Unit::Whole("attempts"),
-    0.0,
-    100.0,
-);
-pub const BACKOFF: NumericKey = NumericKey::new(
-    "kanban.decompose_backoff_seconds",
-    Unit::Seconds,
-    0.0,
-    3600.0,
-);
-pub const MAX_CHILDREN: NumericKey = NumericKey::new(
-    "kanban.decompose_max_children",
-    Unit::Whole("children"),
-    1.0,
-    100.0,
-);
-pub const CALLS_PER_HOUR: NumericKey = NumericKey::new(
-    "kanban.decompose_calls_per_hour",
-    Unit::Whole("calls"),
-    0.0,
-    100_000.0,
-);
-pub const PROVIDER_COOLDOWN: NumericKey = NumericKey::new(
-    "kanban.provider_cooldown_seconds",
-    Unit::Seconds,
-    1.0,
-    86_400.0,
-);
-
-/// Every numeric key `hermes` reads, with its range.
-pub const NUMERIC_KEYS: [NumericKey; 11] = [
-    TRANSIENT_RETRIES,
-    AUX_TIMEOUT,
-    DECOMPOSER_TIMEOUT,
-    DISPATCH_INTERVAL,
-    MAX_SPAWN,
-    PER_TICK,
-    MAX_ATTEMPTS,
-    BACKOFF,
-    MAX_CHILDREN,
-    CALLS_PER_HOUR,
-    PROVIDER_COOLDOWN,
-];
-
-impl Default for AuxiliaryConfig {
-    fn default() -> Self {
-        AuxiliaryConfig {
-            transient_retries: DEFAULT_TRANSIENT_RETRIES,
-            timeout: Duration::from_secs(DEFAULT_AUX_TIMEOUT_SECS),
-            kanban_decomposer: DecomposerConfig::default(),
-        }
-    }
-}
-
-impl Default for KanbanConfig {
-    fn default() -> Self {
-        KanbanConfig {
-            dispatch_in_gateway: true,
-            dispatch_interval: Duration::from_secs(DEFAULT_DISPATCH_INTERVAL_SECS),
-            max_spawn: None,
-            auto_decompose: true,
-            auto_decompose_per_tick: DEFAULT_PER_TICK,
-            orchestrator_profile: DEFAULT_PROFILE.to_owned(),
-            default_assignee: DEFAULT_PROFILE.to_owned(),
-            auto_promote_children: true,
-            decompose_max_attempts: DEFAULT_MAX_ATTEMPTS,
-            decompose_backoff: Duration::from_secs(DEFAULT_BACKOFF_SECS),
-            decompose_max_children: DEFAULT_MAX_CHILDREN,
-            decompose_calls_per_hour: DEFAULT_CALLS_PER_HOUR,
-            provider_cooldown: Duration::from_secs(DEFAULT_PROVIDER_COOLDOWN_SECS),
-            prices: Prices::new(),
-        }
-    }
-}
+/// Every numeric key `hermes` reads, with its range, in the table's order.
+pub const NUMERIC_KEYS: [NumericKey; table::numeric_count(&KEYS)] = table::numeric_keys(&KEYS);
 
 /// The most a configuration file (`config.yaml`, `.env`) may hold. Upstream's own config is
 /// about 15 kB; a file past this is a mistake (or an attack), and parsing it on every tick
@@ -654,76 +596,32 @@ impl Reader<'_> {
             });
         }
         let s = self.section(top, "model")?;
-        Ok(ModelConfig {
-            base_url: self.opt_string(&s, "base_url")?,
-            default: self.opt_string(&s, "default")?,
-            provider: self.opt_string(&s, "provider")?,
-        })
+        ModelConfig::read(self, &s)
     }
 
     fn auxiliary(&self, top: &Mapping) -> Result<AuxiliaryConfig, ConfigError> {
         let s = self.section(top, "auxiliary")?;
-        let d = AuxiliaryConfig::default();
-        let decomposer = match s.map {
-            Some(map) => {
-                self.section_in(map, "kanban_decomposer", "auxiliary.kanban_decomposer")?
-            }
-            None => Section {
+        // Checked before any key is read, so that a `kanban_decomposer` that is not a mapping
+        // at all is the error reported rather than a wrong value next to it.
+        self.decomposer_section(&s)?;
+        AuxiliaryConfig::read(self, &s)
+    }
+
+    /// `auxiliary.kanban_decomposer`, checked to be a mapping (or absent).
+    fn decomposer_section<'m>(&self, auxiliary: &Section<'m>) -> Result<Section<'m>, ConfigError> {
+        match auxiliary.map {
+            Some(map) => self.section_in(map, "kanban_decomposer", "auxiliary.kanban_decomposer"),
+            None => Ok(Section {
                 name: "auxiliary.kanban_decomposer",
                 map: None,
-            },
-        };
-        Ok(AuxiliaryConfig {
-            transient_retries: self
-                .whole(&s, &TRANSIENT_RETRIES)?
-                .unwrap_or(d.transient_retries),
-            timeout: self.seconds(&s, &AUX_TIMEOUT)?.unwrap_or(d.timeout),
-            kanban_decomposer: decomposer::read(self, &decomposer)?,
-        })
+            }),
+        }
     }
 
     fn kanban(&self, top: &Mapping) -> Result<KanbanConfig, ConfigError> {
         let s = self.section(top, "kanban")?;
         keys::check_kanban(self, &s);
-        let d = KanbanConfig::default();
-        Ok(KanbanConfig {
-            dispatch_in_gateway: self
-                .boolean(&s, "dispatch_in_gateway")?
-                .unwrap_or(d.dispatch_in_gateway),
-            dispatch_interval: self
-                .seconds(&s, &DISPATCH_INTERVAL)?
-                .unwrap_or(d.dispatch_interval),
-            max_spawn: self.whole(&s, &MAX_SPAWN)?,
-            auto_decompose: self
-                .boolean(&s, "auto_decompose")?
-                .unwrap_or(d.auto_decompose),
-            auto_decompose_per_tick: self
-                .whole(&s, &PER_TICK)?
-                .unwrap_or(d.auto_decompose_per_tick),
-            orchestrator_profile: self
-                .opt_string(&s, "orchestrator_profile")?
-                .unwrap_or(d.orchestrator_profile),
-            default_assignee: self
-                .opt_string(&s, "default_assignee")?
-                .unwrap_or(d.default_assignee),
-            auto_promote_children: self
-                .boolean(&s, "auto_promote_children")?
-                .unwrap_or(d.auto_promote_children),
-            decompose_max_attempts: self
-                .whole(&s, &MAX_ATTEMPTS)?
-                .unwrap_or(d.decompose_max_attempts),
-            decompose_backoff: self.seconds(&s, &BACKOFF)?.unwrap_or(d.decompose_backoff),
-            decompose_max_children: self
-                .whole(&s, &MAX_CHILDREN)?
-                .unwrap_or(d.decompose_max_children),
-            decompose_calls_per_hour: self
-                .whole(&s, &CALLS_PER_HOUR)?
-                .unwrap_or(d.decompose_calls_per_hour),
-            provider_cooldown: self
-                .seconds(&s, &PROVIDER_COOLDOWN)?
-                .unwrap_or(d.provider_cooldown),
-            prices: prices::read(self, &s)?,
-        })
+        KanbanConfig::read(self, &s)
     }
 
     /// A string; blank means unset.

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Its content comes from one source, by name: a table the code itself defines (`settings`, the
-//! keys each target is configured with; `invariants`, what the oracle judges), or the output of a
+//! keys each target is configured with; `invariants`, what the oracle judges; `hermes-config`,
+//! the keys of the reference's `config.yaml`), or the output of a
 //! real run kept in `docs/data/<name>.md` (`conformance`, `ci`, `bench`, `planted`, `mutants`,
 //! `explore`), taken there from the run's own output with `--take`.
 //!
@@ -166,6 +167,7 @@ fn source(name: &str, data: &Path) -> anyhow::Result<String> {
     match name {
         "settings" => Ok(settings_table()),
         "invariants" => Ok(invariants_table()),
+        "hermes-config" => Ok(hermes::config::keys_table()),
         _ => {
             let path: PathBuf = data.join(format!("{name}.md"));
             std::fs::read_to_string(&path).with_context(|| {
