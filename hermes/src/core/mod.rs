@@ -3,8 +3,10 @@
 //!
 //! What a decompose reply asks for ([`Plan`]), who asked for an attempt ([`Origin`]), why one was
 //! not made ([`BeginRefusal`]), which failures concern the whole provider ([`ProviderFault`]), how
-//! long a card or the board waits afterwards ([`Backoff`]), how long one attempt may go on and so
-//! how long it claims its card ([`AttemptBudget`]), and how one attempt ended ([`AttemptOutcome`]).
+//! long a card or the board waits afterwards ([`Backoff`]), how many attempts a card gets
+//! ([`CardBudget`]), how long one attempt may go on and so how long it claims its card
+//! ([`AttemptBudget`]), how one attempt ended ([`AttemptOutcome`]) and how each of its requests
+//! did ([`LedgerOutcome`]).
 
 pub mod backoff;
 pub mod budget;
@@ -19,7 +21,7 @@ pub mod text;
 pub mod time;
 
 pub use backoff::{Backoff, MAX_BACKOFF};
-pub use budget::{AttemptBudget, RetryDelay};
+pub use budget::{AttemptBudget, CardBudget, RetryDelay};
 pub use error::error_chain;
 pub use fault::{
     describe_retry_after, rate_limit_pause, unreachable_pause, FaultPause, ProviderFault,

@@ -30,7 +30,7 @@ use crate::config::{Config, ConfigError, ConfigStamp, Home, WarningLog};
 use crate::core::time::secs_between;
 use crate::core::{error_chain, AttemptOutcome, BeginRefusal, Origin};
 use crate::decompose::attempt::{
-    AttemptContext, AttemptError, AttemptSetupError, Billing, SHUTDOWN_ANSWER_WAIT,
+    card_budget, AttemptContext, AttemptError, AttemptSetupError, Billing, SHUTDOWN_ANSWER_WAIT,
 };
 use crate::decompose::roster;
 use crate::store::{now_ms, BoardError, BoardFile, BoardHandle, Store};
@@ -391,14 +391,14 @@ impl Dispatcher {
     /// Closes attempts whose process is gone (or whose end this process could not record).
     async fn recover(&mut self) {
         let ours = self.in_flight_ids.clone();
-        let max_attempts = self.config.kanban.decompose_max_attempts;
+        let budget = card_budget(&self.config);
         let redate = self
             .redate_checked
             .is_none_or(|at| at.elapsed() >= REDATE_EVERY);
         if redate {
             self.redate_checked = Some(Instant::now());
         }
-        match auto::recover(&self.board, &ours, max_attempts, redate, Origin::Gateway).await {
+        match auto::recover(&self.board, &ours, budget, redate, Origin::Gateway).await {
             Ok(recovered) => {
                 if self.recover_notice.clear() {
                     info!("abandoned attempts can be closed again");
@@ -877,13 +877,7 @@ impl Dispatcher {
                 // The due query never offers a parked card, so this card's budget was spent
                 // by an attempt that never finished, or the budget was lowered; it was parked
                 // just now.
-                warn_parked(
-                    &task_id,
-                    &format!(
-                        "{attempts} attempts reached kanban.decompose_max_attempts ({})",
-                        self.config.kanban.decompose_max_attempts
-                    ),
-                );
+                warn_parked(&task_id, &card_budget(&self.config).spent_reason(*attempts));
             }
             AttemptOutcome::Refused {
                 refusal: BeginRefusal::Unreadable { why },

@@ -27,7 +27,7 @@ use serde_json::json;
 use super::board::add_event;
 use super::decompose::announce_parked;
 use super::{lenient, SqlResultExt, Store, StoreError};
-use crate::core::Origin;
+use crate::core::{CardBudget, Origin};
 use crate::process;
 
 /// Ledger outcome of a request whose process ended before recording how it went.
@@ -126,13 +126,13 @@ impl Store {
     /// `ours_running` (an attempt of ours whose end could not be recorded), plus ledger rows left
     /// `in_flight` with no claim at all (a crash of an older build). A card whose abandoned
     /// attempt sent a request gets a `decompose_failed` event (and is parked when that was its
-    /// last automatic attempt under `max_attempts`); one that never sent a request gets its
+    /// last automatic attempt under `budget`); one that never sent a request gets its
     /// attempt back. One transaction; nothing is written when nothing is found.
     pub fn recover_abandoned(
         &mut self,
         now_ms: i64,
         ours_running: &HashSet<String>,
-        max_attempts: u32,
+        budget: CardBudget,
         by: Origin,
     ) -> Result<Recovered, StoreError> {
         if !self.read(|conn| anything_to_recover(conn, now_ms, ours_running))? {
@@ -149,7 +149,7 @@ impl Store {
                     claim.state(now_ms)
                 };
                 if state != ClaimState::Held {
-                    abandon(tx, &claim, state, now_ms, max_attempts, by, &mut recovered)?;
+                    abandon(tx, &claim, state, now_ms, budget, by, &mut recovered)?;
                 }
             }
             recovered.closed_rows += close_unclaimed_rows(tx, now_ms)?;
@@ -313,7 +313,7 @@ pub(crate) fn abandon(
     claim: &Claim,
     state: ClaimState,
     now_ms: i64,
-    max_attempts: u32,
+    budget: CardBudget,
     by: Origin,
     recovered: &mut Recovered,
 ) -> Result<(), StoreError> {
@@ -365,7 +365,7 @@ pub(crate) fn abandon(
         }
     } else if current && status.as_deref() == Some("triage") {
         let (attempts, due, parked_at) = state.unwrap_or((claim.attempt, None, None));
-        let park = parked_at.is_none() && attempts >= max_attempts;
+        let park = parked_at.is_none() && budget.spent(attempts);
         let reason = format!(
             "abandoned: {why} before recording how attempt {} went (its request may have been \
              billed; an answer that still comes is not applied)",

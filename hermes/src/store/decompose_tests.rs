@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::tests::{kinds, scratch};
 use super::*;
-use crate::core::{ChildSpec, Plan};
+use crate::core::{CardBudget, ChildSpec, Plan};
 
 const MAX_ATTEMPTS: u32 = 3;
 const CALLS_PER_HOUR: u32 = 2;
@@ -52,7 +52,7 @@ fn policy(origin: Origin, now_ms: i64) -> BeginPolicy {
         force: false,
         origin,
         now_ms,
-        max_attempts: MAX_ATTEMPTS,
+        card_budget: CardBudget::new(MAX_ATTEMPTS),
         calls_per_hour: CALLS_PER_HOUR,
         backoff: test_backoff(),
         claim_until_ms: now_ms + CLAIM_MS,
@@ -600,7 +600,7 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
         }
         Crashed::WithClaim => {
             let recovered = store
-                .recover_abandoned(later, &none, MAX_ATTEMPTS, Origin::Gateway)
+                .recover_abandoned(later, &none, CardBudget::new(MAX_ATTEMPTS), Origin::Gateway)
                 .unwrap();
             assert_eq!(
                 recovered,
