@@ -28,7 +28,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context as _};
 use criterion::{BatchSize, BenchmarkId, Criterion};
 use hermes::auto::{self, Picked};
-use hermes::core::CardBudget;
+use hermes::core::{CardBudget, LedgerOutcome};
 use hermes::decompose::{ChildSpec, Plan};
 use hermes::store::{
     now_ms, ApplyOptions, ApplyResult, LedgerClose, LedgerOpen, NewTask, Origin, Store, StoreError,
@@ -328,7 +328,7 @@ fn ledger_row(criterion: &mut Criterion, board: &BenchBoard) -> anyhow::Result<(
                         id,
                         &LedgerClose {
                             ended_at_ms: started + 1,
-                            outcome: "ok".to_owned(),
+                            outcome: LedgerOutcome::Ok,
                             http_status: Some(200),
                             prompt_tokens: Some(100),
                             completion_tokens: Some(250),

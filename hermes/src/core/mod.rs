@@ -29,6 +29,6 @@ pub use fault::{
     UNREACHABLE_MIN_PAUSE,
 };
 pub use origin::Origin;
-pub use outcome::{Applied, AttemptOutcome};
+pub use outcome::{Applied, AttemptOutcome, LedgerOutcome};
 pub use plan::{ChildSpec, Plan};
 pub use refusal::BeginRefusal;

@@ -23,7 +23,7 @@ use crate::config::{Config, DecomposerEndpoint, DecomposerSetupError, Home, KeyS
 use crate::core::time::after;
 use crate::core::{
     rate_limit_pause, Applied, AttemptBudget, AttemptOutcome, Backoff, BeginRefusal, CardBudget,
-    FaultPause, Origin, Plan, ProviderFault, MAX_RETRY_AFTER,
+    FaultPause, LedgerOutcome, Origin, Plan, ProviderFault, MAX_RETRY_AFTER,
 };
 use crate::decompose::prompt::{build_messages, PromptCard};
 use crate::decompose::reply::{parse_reply, GraphLimits, Rejection};
@@ -726,11 +726,10 @@ fn ledger_answered(done: &Completion, rejection: Option<&Rejection>) -> LedgerCl
     LedgerClose {
         ended_at_ms: now_ms(),
         outcome: if rejection.is_some() {
-            "rejected"
+            LedgerOutcome::Rejected
         } else {
-            "ok"
-        }
-        .to_owned(),
+            LedgerOutcome::Ok
+        },
         http_status: Some(done.http_status),
         prompt_tokens: done.usage.prompt_tokens,
         completion_tokens: done.usage.completion_tokens,
@@ -741,7 +740,11 @@ fn ledger_answered(done: &Completion, rejection: Option<&Rejection>) -> LedgerCl
 /// The ledger row of a request that got no answer: `err`, or aborted by shutdown when `None`.
 fn ledger_failed(err: Option<&AuxError>) -> LedgerClose {
     let (outcome, http_status, detail) = match err {
-        None => ("aborted", None, "the gateway was shutting down".to_owned()),
+        None => (
+            LedgerOutcome::Aborted,
+            None,
+            "the gateway was shutting down".to_owned(),
+        ),
         Some(err) => (
             err.outcome(),
             err.http_status(),
@@ -749,11 +752,9 @@ fn ledger_failed(err: Option<&AuxError>) -> LedgerClose {
         ),
     };
     LedgerClose {
-        ended_at_ms: now_ms(),
-        outcome: outcome.to_owned(),
         http_status,
         detail: Some(detail),
-        ..LedgerClose::default()
+        ..LedgerClose::new(now_ms(), outcome)
     }
 }
 

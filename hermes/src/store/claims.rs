@@ -27,11 +27,8 @@ use serde_json::json;
 use super::board::add_event;
 use super::decompose::announce_parked;
 use super::{lenient, SqlResultExt, Store, StoreError};
-use crate::core::{CardBudget, Origin};
+use crate::core::{CardBudget, LedgerOutcome, Origin};
 use crate::process;
-
-/// Ledger outcome of a request whose process ended before recording how it went.
-pub(crate) const UNKNOWN: &str = "unknown";
 
 /// One claim row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -326,8 +323,15 @@ pub(crate) fn abandon(
     let closed = tx
         .execute(
             "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, detail = ?5
-             WHERE task_id = ?1 AND attempt = ?2 AND outcome = 'in_flight'",
-            params![claim.task_id, claim.attempt, UNKNOWN, now_ms, detail],
+             WHERE task_id = ?1 AND attempt = ?2 AND outcome = ?6",
+            params![
+                claim.task_id,
+                claim.attempt,
+                LedgerOutcome::Unknown.as_str(),
+                now_ms,
+                detail,
+                LedgerOutcome::InFlight.as_str()
+            ],
         )
         .sql("closing the abandoned attempt's ledger rows")?;
     recovered.closed_rows += closed;
@@ -335,7 +339,11 @@ pub(crate) fn abandon(
         .query_row(
             "SELECT COUNT(*) FROM hermes_aux_ledger
              WHERE task_id = ?1 AND attempt = ?2 AND outcome != ?3",
-            params![claim.task_id, claim.attempt, super::guards::UNREACHABLE],
+            params![
+                claim.task_id,
+                claim.attempt,
+                LedgerOutcome::Unreachable.as_str()
+            ],
             |r| r.get(0),
         )
         .sql("counting the abandoned attempt's requests")?;
@@ -427,10 +435,10 @@ pub(crate) fn refund(
 
 fn unclaimed_rows(conn: &Connection) -> Result<i64, StoreError> {
     conn.query_row(
-        "SELECT COUNT(*) FROM hermes_aux_ledger l WHERE l.outcome = 'in_flight'
+        "SELECT COUNT(*) FROM hermes_aux_ledger l WHERE l.outcome = ?1
            AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                            WHERE c.task_id = l.task_id AND c.attempt = l.attempt)",
-        [],
+        [LedgerOutcome::InFlight.as_str()],
         |r| r.get(0),
     )
     .sql("looking for ledger rows left in flight")
@@ -440,11 +448,15 @@ fn close_unclaimed_rows(tx: &Transaction<'_>, now_ms: i64) -> Result<usize, Stor
     tx.execute(
         "UPDATE hermes_aux_ledger SET outcome = ?1, ended_at_ms = ?2,
              detail = 'left in flight by a process that ended before recording how it went; it may have been billed'
-         WHERE outcome = 'in_flight'
+         WHERE outcome = ?3
            AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                            WHERE c.task_id = hermes_aux_ledger.task_id
                              AND c.attempt = hermes_aux_ledger.attempt)",
-        params![UNKNOWN, now_ms],
+        params![
+            LedgerOutcome::Unknown.as_str(),
+            now_ms,
+            LedgerOutcome::InFlight.as_str()
+        ],
     )
     .sql("closing ledger rows left in flight")
 }

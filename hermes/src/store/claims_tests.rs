@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::tests::scratch;
 use super::*;
-use crate::core::{Backoff, CardBudget, UNREACHABLE_MIN_PAUSE};
+use crate::core::{Backoff, CardBudget, LedgerOutcome, UNREACHABLE_MIN_PAUSE};
 use crate::process;
 
 const MAX_ATTEMPTS: u32 = 3;
@@ -75,16 +75,9 @@ fn open_row(store: &mut Store, task_id: &str, attempt: u32, at: i64) -> i64 {
         .unwrap()
 }
 
-fn close_row(store: &mut Store, id: i64, outcome: &str, at: i64) {
+fn close_row(store: &mut Store, id: i64, outcome: LedgerOutcome, at: i64) {
     store
-        .ledger_close(
-            id,
-            &LedgerClose {
-                ended_at_ms: at,
-                outcome: outcome.into(),
-                ..LedgerClose::default()
-            },
-        )
+        .ledger_close(id, &LedgerClose::new(at, outcome))
         .unwrap();
 }
 
@@ -450,7 +443,7 @@ fn this_processs_own_claims_are_left_alone_while_their_attempts_run() {
 fn unreachable(store: &mut Store, id: &str, at: i64) -> crate::core::UnreachablePause {
     let ticket = begin(store, id, Origin::Gateway, at).unwrap();
     let row = open_row(store, id, ticket.attempt, at);
-    close_row(store, row, "unreachable", at);
+    close_row(store, row, LedgerOutcome::Unreachable, at);
     store
         .record_nothing_sent(
             id,
@@ -507,7 +500,7 @@ fn an_unreachable_provider_costs_no_budget_and_pauses_the_board_longer_each_time
     // A request that reaches the provider ends the streak.
     let ticket = begin(&mut store, &id, Origin::Manual, now + 7_000).unwrap();
     let row = open_row(&mut store, &id, ticket.attempt, now + 7_000);
-    close_row(&mut store, row, "server_error", now + 7_000);
+    close_row(&mut store, row, LedgerOutcome::ServerError, now + 7_000);
     store
         .record_failure(
             &id,

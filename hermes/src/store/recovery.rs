@@ -402,6 +402,7 @@ fn calls(conn: &Connection, filter: &CallFilter) -> Result<Vec<LedgerCall>, Stor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::LedgerOutcome;
     use crate::store::{LedgerClose, LedgerOpen, NewTask, Origin};
 
     fn board() -> (tempfile::TempDir, Store) {
@@ -639,9 +640,9 @@ mod tests {
         let a = triage(&mut store, "a");
         let b = triage(&mut store, "b");
         for (card, at, outcome) in [
-            (&a, 100, "ok"),
-            (&b, 200, "server_error"),
-            (&a, 300, "timeout"),
+            (&a, 100, LedgerOutcome::Ok),
+            (&b, 200, LedgerOutcome::ServerError),
+            (&a, 300, LedgerOutcome::Timeout),
         ] {
             let row = store
                 .ledger_open(&LedgerOpen {
@@ -661,7 +662,7 @@ mod tests {
                     row,
                     &LedgerClose {
                         ended_at_ms: at + 40,
-                        outcome: outcome.to_owned(),
+                        outcome,
                         http_status: Some(200),
                         prompt_tokens: Some(10),
                         completion_tokens: Some(5),
