@@ -24,11 +24,11 @@ pub use backoff::{Backoff, MAX_BACKOFF};
 pub use budget::{AttemptBudget, CardBudget, RetryDelay};
 pub use error::error_chain;
 pub use fault::{
-    describe_retry_after, rate_limit_pause, unreachable_pause, FaultPause, ProviderFault,
-    UnreachablePause, DEFAULT_RATE_LIMIT_PAUSE, MAX_RETRY_AFTER, MIN_RETRY_AFTER,
+    describe_retry_after, paused_for, rate_limit_pause, unreachable_pause, FaultPause,
+    ProviderFault, UnreachablePause, DEFAULT_RATE_LIMIT_PAUSE, MAX_RETRY_AFTER, MIN_RETRY_AFTER,
     UNREACHABLE_MIN_PAUSE,
 };
 pub use origin::Origin;
 pub use outcome::{Applied, AttemptOutcome, LedgerOutcome};
 pub use plan::{ChildSpec, Plan};
-pub use refusal::BeginRefusal;
+pub use refusal::{ceiling_reached, BeginRefusal};

@@ -28,7 +28,7 @@ use notice::Notice;
 use crate::auto::{self, Picked};
 use crate::config::{Config, ConfigError, ConfigStamp, Home, WarningLog};
 use crate::core::time::secs_between;
-use crate::core::{error_chain, AttemptOutcome, BeginRefusal, Origin};
+use crate::core::{ceiling_reached, error_chain, paused_for, AttemptOutcome, BeginRefusal, Origin};
 use crate::decompose::attempt::{
     card_budget, AttemptContext, AttemptError, AttemptSetupError, Billing, SHUTDOWN_ANSWER_WAIT,
 };
@@ -719,10 +719,7 @@ impl Dispatcher {
             Ok(Picked::Ceiling { calls, limit }) => {
                 self.gate_notice.warn_keyed(
                     "hourly-ceiling",
-                    &format!(
-                        "auto-decompose waiting: {calls} paid calls in the last hour reached \
-                         kanban.decompose_calls_per_hour ({limit})"
-                    ),
+                    &format!("auto-decompose waiting: {}", ceiling_reached(calls, limit)),
                 );
                 self.await_probe();
                 return;
@@ -829,8 +826,8 @@ impl Dispatcher {
             self.gate_notice.warn_keyed(
                 &format!("paused-until-{}", fault.until_ms),
                 &format!(
-                    "auto-decompose paused for {:.0}s: {} (card {task_id})",
-                    fault.lasts.as_secs_f64(),
+                    "{}: {} (card {task_id})",
+                    paused_for(fault.lasts),
                     fault.fault.describe()
                 ),
             );
@@ -839,9 +836,9 @@ impl Dispatcher {
             self.gate_notice.warn_keyed(
                 &format!("paused-until-{}", pause.until_ms),
                 &format!(
-                    "auto-decompose paused for {:.0}s: provider unreachable ({} request(s) in a \
-                     row never reached it; no card's budget was spent): {}",
-                    pause.lasts.as_secs_f64(),
+                    "{}: provider unreachable ({} request(s) in a row never reached it; no card's \
+                     budget was spent): {}",
+                    paused_for(pause.lasts),
                     pause.streak,
                     pause.reason
                 ),
