@@ -22,8 +22,8 @@ pub const RETRY_CAP: Duration = Duration::from_secs(8);
 /// The most extra tries one attempt makes, whatever the configuration says.
 pub const MAX_RETRIES: u32 = 16;
 
-/// A card's automatic attempt budget (B1): once a card has had `max` attempts, no more are made
-/// for it until a person unparks it. Every site that judges a card's budget asks this type, so
+/// A card's automatic attempt budget (B1): once a card has had `max` attempts, no automatic one
+/// is made for it until a person unparks it. Every site that judges a card's budget asks this type, so
 /// the gateway, a sweep, recovery and `unpark` cannot disagree on where the budget ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CardBudget {
@@ -39,11 +39,6 @@ impl CardBudget {
     /// Whether a card that has had `attempts` attempts may have no more automatic ones.
     pub const fn spent(&self, attempts: u32) -> bool {
         attempts >= self.max
-    }
-
-    /// The automatic attempts a card that has had `attempts` has left.
-    pub const fn left(&self, attempts: u32) -> u32 {
-        self.max.saturating_sub(attempts)
     }
 
     /// Why a card with `attempts` attempts was found with its budget spent (and parked): the
@@ -156,11 +151,9 @@ mod tests {
         assert!(!budget.spent(2));
         assert!(budget.spent(3));
         assert!(budget.spent(4));
-        assert_eq!((budget.left(2), budget.left(3), budget.left(4)), (1, 0, 0));
         // A budget of 0 is spent before the first attempt.
         let none = CardBudget::new(0);
         assert!(none.spent(0));
-        assert_eq!(none.left(0), 0);
         let all = CardBudget::new(u32::MAX);
         assert!(!all.spent(u32::MAX - 1));
         assert!(all.spent(u32::MAX));
