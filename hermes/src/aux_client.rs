@@ -13,7 +13,7 @@ use reqwest::header::{self, HeaderMap, HeaderValue};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::core::ProviderFault;
+use crate::core::{LedgerOutcome, ProviderFault};
 
 /// Reply bodies above this many bytes are cut off and treated as malformed (contract §7 B8).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -250,20 +250,20 @@ impl AuxError {
         }
     }
 
-    /// Short stable label for the ledger's `outcome` column.
-    pub fn outcome(&self) -> &'static str {
+    /// What the ledger's `outcome` column records for this error.
+    pub fn outcome(&self) -> LedgerOutcome {
         match self {
-            AuxError::Auth { .. } => "auth",
-            AuxError::Billing { .. } => "billing",
-            AuxError::RateLimited { .. } => "rate_limited",
-            AuxError::Client { .. } => "client_error",
-            AuxError::Server { .. } => "server_error",
-            AuxError::Timeout { .. } => "timeout",
-            AuxError::Unreachable(_) => "unreachable",
-            AuxError::Transport(_) => "transport",
-            AuxError::Malformed(_) => "malformed",
-            AuxError::TooLarge { .. } => "too_large",
-            AuxError::InvalidSettings(_) => "invalid_settings",
+            AuxError::Auth { .. } => LedgerOutcome::Auth,
+            AuxError::Billing { .. } => LedgerOutcome::Billing,
+            AuxError::RateLimited { .. } => LedgerOutcome::RateLimited,
+            AuxError::Client { .. } => LedgerOutcome::ClientError,
+            AuxError::Server { .. } => LedgerOutcome::ServerError,
+            AuxError::Timeout { .. } => LedgerOutcome::Timeout,
+            AuxError::Unreachable(_) => LedgerOutcome::Unreachable,
+            AuxError::Transport(_) => LedgerOutcome::Transport,
+            AuxError::Malformed(_) => LedgerOutcome::Malformed,
+            AuxError::TooLarge { .. } => LedgerOutcome::TooLarge,
+            AuxError::InvalidSettings(_) => LedgerOutcome::InvalidSettings,
         }
     }
 }
@@ -613,7 +613,7 @@ fn log_error_snippet(mut response: reqwest::Response, error: &AuxError) {
     if !tracing::enabled!(tracing::Level::DEBUG) {
         return;
     }
-    let outcome = error.outcome();
+    let outcome = error.outcome().as_str();
     tokio::spawn(async move {
         let mut snippet = Vec::new();
         let read = async {
@@ -1112,7 +1112,7 @@ mod tests {
         ];
         for (error, outcome, transient, status) in cases {
             assert_eq!(error.is_undelivered(), outcome == "unreachable", "{error}");
-            assert_eq!(error.outcome(), outcome);
+            assert_eq!(error.outcome().as_str(), outcome);
             assert_eq!(error.is_transient(), transient, "{error}");
             assert_eq!(error.http_status(), status, "{error}");
         }

@@ -28,6 +28,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context as _};
 use criterion::{BatchSize, BenchmarkId, Criterion};
 use hermes::auto::{self, Picked};
+use hermes::core::{CardBudget, LedgerOutcome};
 use hermes::decompose::{ChildSpec, Plan};
 use hermes::store::{
     now_ms, ApplyOptions, ApplyResult, LedgerClose, LedgerOpen, NewTask, Origin, Store, StoreError,
@@ -84,7 +85,9 @@ fn run(criterion: &mut Criterion) -> anyhow::Result<()> {
 fn tick(store: &mut Store, now: i64, exclude: &HashSet<String>) -> Result<Vec<String>, StoreError> {
     // As the gateway's tick runs them: each through one board call, which looks at the board's
     // files once.
-    store.refreshed(|s| s.recover_abandoned(now, exclude, MAX_ATTEMPTS, Origin::Gateway))?;
+    store.refreshed(|s| {
+        s.recover_abandoned(now, exclude, CardBudget::new(MAX_ATTEMPTS), Origin::Gateway)
+    })?;
     let picked = store.refreshed(|s| {
         auto::pick(
             s,
@@ -325,7 +328,7 @@ fn ledger_row(criterion: &mut Criterion, board: &BenchBoard) -> anyhow::Result<(
                         id,
                         &LedgerClose {
                             ended_at_ms: started + 1,
-                            outcome: "ok".to_owned(),
+                            outcome: LedgerOutcome::Ok,
                             http_status: Some(200),
                             prompt_tokens: Some(100),
                             completion_tokens: Some(250),

@@ -10,8 +10,8 @@ use std::collections::HashSet;
 use tokio::sync::watch;
 
 use crate::clock::now_ms;
-use crate::core::{AttemptOutcome, FaultPause, Origin, UnreachablePause};
-use crate::decompose::attempt::{run_attempt, AttemptContext, AttemptError};
+use crate::core::{AttemptOutcome, CardBudget, FaultPause, Origin, UnreachablePause};
+use crate::decompose::attempt::{card_budget, run_attempt, AttemptContext, AttemptError};
 use crate::store::{
     AutoGate, BoardError, BoardHandle, ListFilter, Recovered, Redated, SetAside, Status, Store,
     StoreError, CLOCK_SKEW,
@@ -62,7 +62,7 @@ pub fn pick(
 pub async fn recover(
     board: &BoardHandle,
     ours_running: &HashSet<String>,
-    max_attempts: u32,
+    budget: CardBudget,
     redate: bool,
     by: Origin,
 ) -> Result<Recovered, BoardError> {
@@ -78,7 +78,7 @@ pub async fn recover(
             };
             Ok(Recovered {
                 redated,
-                ..s.recover_abandoned(now, &ours, max_attempts, by)?
+                ..s.recover_abandoned(now, &ours, budget, by)?
             })
         })
         .await
@@ -208,7 +208,7 @@ pub async fn sweep(
     let recovered = recover(
         &board,
         &HashSet::new(),
-        ctx.config.kanban.decompose_max_attempts,
+        card_budget(&ctx.config),
         true,
         Origin::Sweep,
     )

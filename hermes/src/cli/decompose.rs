@@ -14,7 +14,7 @@ use clap::Args;
 use super::{note, CliError, Context, Outcome};
 use crate::auto::{self, SweepStop};
 use crate::clock::shown_ms;
-use crate::core::{AttemptOutcome, BeginRefusal};
+use crate::core::{ceiling_reached, paused_for, AttemptOutcome, BeginRefusal};
 use crate::decompose::attempt::{run_manual_attempt, AttemptContext};
 use crate::decompose::roster;
 use crate::store::Status;
@@ -133,26 +133,22 @@ async fn decompose_all(ctx: &Context) -> Result<Outcome, CliError> {
             Ok(Outcome::Failure)
         }
         SweepStop::Ceiling { calls, limit } => {
-            note(&format!(
-                "sweep stopped: {calls} paid calls in the last hour reached \
-                 kanban.decompose_calls_per_hour ({limit})"
-            ));
+            note(&format!("sweep stopped: {}", ceiling_reached(calls, limit)));
             Ok(Outcome::Failure)
         }
         SweepStop::Fault(fault) => {
             note(&format!(
-                "sweep stopped: {}; auto-decompose paused for {:.0}s",
+                "sweep stopped: {}; {}",
                 fault.fault.describe(),
-                fault.lasts.as_secs_f64()
+                paused_for(fault.lasts)
             ));
             Ok(Outcome::Failure)
         }
         SweepStop::Unreachable(pause) => {
             note(&format!(
-                "sweep stopped: provider unreachable ({}); no card's budget was spent; \
-                 auto-decompose paused for {:.0}s",
+                "sweep stopped: provider unreachable ({}); no card's budget was spent; {}",
                 pause.reason,
-                pause.lasts.as_secs_f64()
+                paused_for(pause.lasts)
             ));
             Ok(Outcome::Failure)
         }

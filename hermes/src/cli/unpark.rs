@@ -6,6 +6,7 @@ use serde_json::json;
 use super::render::count;
 use super::{operator, round_up_secs, CliError, Context, Outcome};
 use crate::clock::{now_ms, shown_ms};
+use crate::decompose::attempt::card_budget;
 
 /// Arguments of `kanban unpark`.
 #[derive(Debug, Args)]
@@ -37,9 +38,8 @@ pub fn run(ctx: &Context, args: &UnparkArgs) -> Result<Outcome, CliError> {
     let mut store = ctx.open_store()?;
     super::redate_before_recovery(&mut store)?;
     let by = operator(args.by.as_deref());
-    let max_attempts = ctx.config.kanban.decompose_max_attempts;
     let done = store
-        .unpark(&args.id, max_attempts, now_ms(), &by)?
+        .unpark(&args.id, card_budget(&ctx.config), now_ms(), &by)?
         .map_err(anyhow::Error::from)?;
     if ctx.json {
         ctx.print_json(&json!({

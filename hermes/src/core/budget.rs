@@ -1,4 +1,5 @@
-//! How long one attempt may go on, and so how long its claim on the card must last (B1, B5).
+//! How many automatic attempts a card gets (B1), and how long one attempt may go on, and so how
+//! long its claim on the card must last (B1, B5).
 //!
 //! An attempt is its requests (each bounded by the aux timeout) and the waits between them. Its
 //! claim must outlast every moment at which one of its requests could still be sending, so that
@@ -20,6 +21,35 @@ pub const RETRY_BASE: Duration = Duration::from_millis(500);
 pub const RETRY_CAP: Duration = Duration::from_secs(8);
 /// The most extra tries one attempt makes, whatever the configuration says.
 pub const MAX_RETRIES: u32 = 16;
+
+/// A card's automatic attempt budget (B1): once a card has had `max` attempts, no automatic one
+/// is made for it until a person unparks it. Every site that judges a card's budget asks this type, so
+/// the gateway, a sweep, recovery and `unpark` cannot disagree on where the budget ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CardBudget {
+    /// `kanban.decompose_max_attempts`.
+    pub max: u32,
+}
+
+impl CardBudget {
+    pub const fn new(max: u32) -> CardBudget {
+        CardBudget { max }
+    }
+
+    /// Whether a card that has had `attempts` attempts may have no more automatic ones.
+    pub const fn spent(&self, attempts: u32) -> bool {
+        attempts >= self.max
+    }
+
+    /// Why a card with `attempts` attempts was found with its budget spent (and parked): the
+    /// words the gateway's WARN and the board's park record share.
+    pub fn spent_reason(&self, attempts: u32) -> String {
+        format!(
+            "{attempts} attempts reached kanban.decompose_max_attempts ({})",
+            self.max
+        )
+    }
+}
 
 /// The wait before a retry: exponential, with "equal jitter" (half of it fixed, half random),
 /// so that cards failing together do not retry together.
@@ -114,6 +144,24 @@ impl AttemptBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_card_budget_is_spent_at_its_max_and_not_before() {
+        let budget = CardBudget::new(3);
+        assert!(!budget.spent(2));
+        assert!(budget.spent(3));
+        assert!(budget.spent(4));
+        // A budget of 0 is spent before the first attempt.
+        let none = CardBudget::new(0);
+        assert!(none.spent(0));
+        let all = CardBudget::new(u32::MAX);
+        assert!(!all.spent(u32::MAX - 1));
+        assert!(all.spent(u32::MAX));
+        assert_eq!(
+            budget.spent_reason(4),
+            "4 attempts reached kanban.decompose_max_attempts (3)"
+        );
+    }
 
     #[test]
     fn retry_delays_double_jitter_and_cap() {

@@ -32,6 +32,12 @@ pub fn describe_retry_after(after: Duration) -> String {
     }
 }
 
+/// `auto-decompose paused for 60s`: how long a board-wide pause just recorded lasts, in the
+/// words the gateway's WARN and a stopped sweep share.
+pub fn paused_for(lasts: Duration) -> String {
+    format!("auto-decompose paused for {:.0}s", lasts.as_secs_f64())
+}
+
 /// A provider-wide fault: the board pauses every card, not just this one (B5).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProviderFault {
@@ -110,6 +116,18 @@ pub struct UnreachablePause {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_is_told_in_whole_seconds() {
+        assert_eq!(
+            paused_for(Duration::from_secs(900)),
+            "auto-decompose paused for 900s"
+        );
+        assert_eq!(
+            paused_for(Duration::from_millis(1_400)),
+            "auto-decompose paused for 1s"
+        );
+    }
 
     #[test]
     fn an_unreachable_provider_pauses_longer_each_time() {

@@ -3,8 +3,10 @@
 //!
 //! What a decompose reply asks for ([`Plan`]), who asked for an attempt ([`Origin`]), why one was
 //! not made ([`BeginRefusal`]), which failures concern the whole provider ([`ProviderFault`]), how
-//! long a card or the board waits afterwards ([`Backoff`]), how long one attempt may go on and so
-//! how long it claims its card ([`AttemptBudget`]), and how one attempt ended ([`AttemptOutcome`]).
+//! long a card or the board waits afterwards ([`Backoff`]), how many attempts a card gets
+//! ([`CardBudget`]), how long one attempt may go on and so how long it claims its card
+//! ([`AttemptBudget`]), how one attempt ended ([`AttemptOutcome`]) and how each of its requests
+//! did ([`LedgerOutcome`]).
 
 pub mod backoff;
 pub mod budget;
@@ -19,14 +21,14 @@ pub mod text;
 pub mod time;
 
 pub use backoff::{Backoff, MAX_BACKOFF};
-pub use budget::{AttemptBudget, RetryDelay};
+pub use budget::{AttemptBudget, CardBudget, RetryDelay};
 pub use error::error_chain;
 pub use fault::{
-    describe_retry_after, rate_limit_pause, unreachable_pause, FaultPause, ProviderFault,
-    UnreachablePause, DEFAULT_RATE_LIMIT_PAUSE, MAX_RETRY_AFTER, MIN_RETRY_AFTER,
+    describe_retry_after, paused_for, rate_limit_pause, unreachable_pause, FaultPause,
+    ProviderFault, UnreachablePause, DEFAULT_RATE_LIMIT_PAUSE, MAX_RETRY_AFTER, MIN_RETRY_AFTER,
     UNREACHABLE_MIN_PAUSE,
 };
 pub use origin::Origin;
-pub use outcome::{Applied, AttemptOutcome};
+pub use outcome::{Applied, AttemptOutcome, LedgerOutcome};
 pub use plan::{ChildSpec, Plan};
-pub use refusal::BeginRefusal;
+pub use refusal::{ceiling_reached, BeginRefusal};

@@ -1,9 +1,94 @@
-//! How one decompose attempt ended: one value, built once at the end of the attempt.
+//! How one decompose attempt ended: one value, built once at the end of the attempt; and how
+//! each of its requests ended, as the ledger records it.
 
 use serde_json::{json, Value};
 
 use super::fault::{FaultPause, UnreachablePause};
 use super::refusal::BeginRefusal;
+
+/// How one request ended, as the `hermes_aux_ledger.outcome` column holds it. [`Self::as_str`] is
+/// the only spelling of each value: SQL gets the values as bound parameters, so the attempt that
+/// writes a row, the guards, recovery and `kanban usage` cannot read it under different words.
+/// The strings are the board's bytes, which other tools read: never change one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LedgerOutcome {
+    /// The provider answered with a usable reply.
+    Ok,
+    /// The row is open: its request is on its way (or its process died before closing it).
+    InFlight,
+    /// Its process ended before recording how it went: it may have been billed.
+    Unknown,
+    /// The request never reached the provider: not billed, not counted.
+    Unreachable,
+    /// The provider answered, but the reply was unusable: a paid call wasted.
+    Rejected,
+    /// The gateway's shutdown stopped the request.
+    Aborted,
+    Auth,
+    Billing,
+    RateLimited,
+    ClientError,
+    ServerError,
+    Timeout,
+    Transport,
+    Malformed,
+    TooLarge,
+    InvalidSettings,
+}
+
+impl LedgerOutcome {
+    pub const ALL: [LedgerOutcome; 16] = [
+        Self::Ok,
+        Self::InFlight,
+        Self::Unknown,
+        Self::Unreachable,
+        Self::Rejected,
+        Self::Aborted,
+        Self::Auth,
+        Self::Billing,
+        Self::RateLimited,
+        Self::ClientError,
+        Self::ServerError,
+        Self::Timeout,
+        Self::Transport,
+        Self::Malformed,
+        Self::TooLarge,
+        Self::InvalidSettings,
+    ];
+
+    /// The value in the ledger.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::InFlight => "in_flight",
+            Self::Unknown => "unknown",
+            Self::Unreachable => "unreachable",
+            Self::Rejected => "rejected",
+            Self::Aborted => "aborted",
+            Self::Auth => "auth",
+            Self::Billing => "billing",
+            Self::RateLimited => "rate_limited",
+            Self::ClientError => "client_error",
+            Self::ServerError => "server_error",
+            Self::Timeout => "timeout",
+            Self::Transport => "transport",
+            Self::Malformed => "malformed",
+            Self::TooLarge => "too_large",
+            Self::InvalidSettings => "invalid_settings",
+        }
+    }
+
+    /// The outcome a ledger value spells, if this build knows it.
+    pub fn parse(text: &str) -> Option<LedgerOutcome> {
+        Self::ALL.into_iter().find(|o| o.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for LedgerOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// What an applied reply did to the board.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,6 +279,37 @@ mod tests {
             .as_object()
             .map(|o| o.keys().map(String::as_str).collect())
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn every_ledger_outcome_round_trips_through_the_bytes_the_board_held() {
+        // Written out a second time on purpose: these are the values boards already hold.
+        let held = [
+            "ok",
+            "in_flight",
+            "unknown",
+            "unreachable",
+            "rejected",
+            "aborted",
+            "auth",
+            "billing",
+            "rate_limited",
+            "client_error",
+            "server_error",
+            "timeout",
+            "transport",
+            "malformed",
+            "too_large",
+            "invalid_settings",
+        ];
+        let spelt: Vec<&str> = LedgerOutcome::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(spelt, held);
+        for outcome in LedgerOutcome::ALL {
+            assert_eq!(LedgerOutcome::parse(outcome.as_str()), Some(outcome));
+            assert_eq!(outcome.to_string(), outcome.as_str());
+        }
+        assert_eq!(LedgerOutcome::parse("OK"), None);
+        assert_eq!(LedgerOutcome::parse("reclaimed"), None);
     }
 
     #[test]

@@ -24,9 +24,7 @@ pub enum BeginRefusal {
     NotScheduled,
     #[error("auto-decompose is paused until {}: {reason}", utc_ms(*until_ms))]
     Paused { until_ms: i64, reason: String },
-    #[error(
-        "{calls} paid calls in the last hour reached kanban.decompose_calls_per_hour ({limit})"
-    )]
+    #[error("{}", ceiling_reached(*calls, *limit))]
     CeilingReached { calls: u64, limit: u32 },
     /// The attempt's own claim expired and another attempt took the card over (B1, B4).
     #[error("this attempt's claim on the card expired and another attempt took the card over")]
@@ -35,6 +33,12 @@ pub enum BeginRefusal {
     /// sent for it.
     #[error("{why}; nothing can be sent for it (fix the row, then `hermes kanban unpark` it)")]
     Unreadable { why: String },
+}
+
+/// Why the hourly ceiling holds automatic attempts back (B6): the words a refused attempt, the
+/// gateway's waiting WARN and a stopped sweep share.
+pub fn ceiling_reached(calls: u64, limit: u32) -> String {
+    format!("{calls} paid calls in the last hour reached kanban.decompose_calls_per_hour ({limit})")
 }
 
 impl BeginRefusal {
@@ -46,5 +50,20 @@ impl BeginRefusal {
             BeginRefusal::CeilingReached { .. } => Some("ceiling"),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ceiling_reads_the_same_wherever_it_is_told() {
+        let words = "7 paid calls in the last hour reached kanban.decompose_calls_per_hour (7)";
+        assert_eq!(ceiling_reached(7, 7), words);
+        assert_eq!(
+            BeginRefusal::CeilingReached { calls: 7, limit: 7 }.to_string(),
+            words
+        );
     }
 }

@@ -22,8 +22,8 @@ use crate::aux_client::{AuxClient, AuxError, AuxSettings, Completion};
 use crate::config::{Config, DecomposerEndpoint, DecomposerSetupError, Home, KeySource};
 use crate::core::time::after;
 use crate::core::{
-    rate_limit_pause, Applied, AttemptBudget, AttemptOutcome, Backoff, BeginRefusal, FaultPause,
-    Origin, Plan, ProviderFault, MAX_RETRY_AFTER,
+    rate_limit_pause, Applied, AttemptBudget, AttemptOutcome, Backoff, BeginRefusal, CardBudget,
+    FaultPause, LedgerOutcome, Origin, Plan, ProviderFault, MAX_RETRY_AFTER,
 };
 use crate::decompose::prompt::{build_messages, PromptCard};
 use crate::decompose::reply::{parse_reply, GraphLimits, Rejection};
@@ -219,6 +219,11 @@ pub fn backoff(cfg: &Config) -> Backoff {
     Backoff::new(cfg.kanban.decompose_backoff)
 }
 
+/// A card's automatic attempt budget under `cfg`.
+pub fn card_budget(cfg: &Config) -> CardBudget {
+    CardBudget::new(cfg.kanban.decompose_max_attempts)
+}
+
 /// One attempt's time budget under `cfg`: its requests are bounded by
 /// [`Config::decompose_timeout`], as the client is.
 pub fn budget(cfg: &Config) -> AttemptBudget {
@@ -271,7 +276,7 @@ async fn attempt(
         origin,
         force: policy_forced(force, origin),
         now_ms: now,
-        max_attempts: cfg.kanban.decompose_max_attempts,
+        card_budget: card_budget(&cfg),
         calls_per_hour: cfg.kanban.decompose_calls_per_hour,
         backoff: backoff(&cfg),
         claim_until_ms: after(now, budget.claim_span()),
@@ -352,7 +357,7 @@ async fn paid_part(
     // The ledger rows of the requests keep their text (capped); the card keeps a summary.
     let reason = output::summary(&reason);
 
-    let park = ticket.attempt >= cfg.kanban.decompose_max_attempts;
+    let park = card_budget(cfg).spent(ticket.attempt);
     let now = now_ms();
     let mut next_due_ms = backoff(cfg).due_ms(now, ticket.attempt);
     if let Some(ProviderFault::RateLimited {
@@ -721,11 +726,10 @@ fn ledger_answered(done: &Completion, rejection: Option<&Rejection>) -> LedgerCl
     LedgerClose {
         ended_at_ms: now_ms(),
         outcome: if rejection.is_some() {
-            "rejected"
+            LedgerOutcome::Rejected
         } else {
-            "ok"
-        }
-        .to_owned(),
+            LedgerOutcome::Ok
+        },
         http_status: Some(done.http_status),
         prompt_tokens: done.usage.prompt_tokens,
         completion_tokens: done.usage.completion_tokens,
@@ -736,7 +740,11 @@ fn ledger_answered(done: &Completion, rejection: Option<&Rejection>) -> LedgerCl
 /// The ledger row of a request that got no answer: `err`, or aborted by shutdown when `None`.
 fn ledger_failed(err: Option<&AuxError>) -> LedgerClose {
     let (outcome, http_status, detail) = match err {
-        None => ("aborted", None, "the gateway was shutting down".to_owned()),
+        None => (
+            LedgerOutcome::Aborted,
+            None,
+            "the gateway was shutting down".to_owned(),
+        ),
         Some(err) => (
             err.outcome(),
             err.http_status(),
@@ -744,11 +752,9 @@ fn ledger_failed(err: Option<&AuxError>) -> LedgerClose {
         ),
     };
     LedgerClose {
-        ended_at_ms: now_ms(),
-        outcome: outcome.to_owned(),
         http_status,
         detail: Some(detail),
-        ..LedgerClose::default()
+        ..LedgerClose::new(now_ms(), outcome)
     }
 }
 

@@ -28,9 +28,9 @@ use notice::Notice;
 use crate::auto::{self, Picked};
 use crate::config::{Config, ConfigError, ConfigStamp, Home, WarningLog};
 use crate::core::time::secs_between;
-use crate::core::{error_chain, AttemptOutcome, BeginRefusal, Origin};
+use crate::core::{ceiling_reached, error_chain, paused_for, AttemptOutcome, BeginRefusal, Origin};
 use crate::decompose::attempt::{
-    AttemptContext, AttemptError, AttemptSetupError, Billing, SHUTDOWN_ANSWER_WAIT,
+    card_budget, AttemptContext, AttemptError, AttemptSetupError, Billing, SHUTDOWN_ANSWER_WAIT,
 };
 use crate::decompose::roster;
 use crate::store::{now_ms, BoardError, BoardFile, BoardHandle, Store};
@@ -391,14 +391,14 @@ impl Dispatcher {
     /// Closes attempts whose process is gone (or whose end this process could not record).
     async fn recover(&mut self) {
         let ours = self.in_flight_ids.clone();
-        let max_attempts = self.config.kanban.decompose_max_attempts;
+        let budget = card_budget(&self.config);
         let redate = self
             .redate_checked
             .is_none_or(|at| at.elapsed() >= REDATE_EVERY);
         if redate {
             self.redate_checked = Some(Instant::now());
         }
-        match auto::recover(&self.board, &ours, max_attempts, redate, Origin::Gateway).await {
+        match auto::recover(&self.board, &ours, budget, redate, Origin::Gateway).await {
             Ok(recovered) => {
                 if self.recover_notice.clear() {
                     info!("abandoned attempts can be closed again");
@@ -719,10 +719,7 @@ impl Dispatcher {
             Ok(Picked::Ceiling { calls, limit }) => {
                 self.gate_notice.warn_keyed(
                     "hourly-ceiling",
-                    &format!(
-                        "auto-decompose waiting: {calls} paid calls in the last hour reached \
-                         kanban.decompose_calls_per_hour ({limit})"
-                    ),
+                    &format!("auto-decompose waiting: {}", ceiling_reached(calls, limit)),
                 );
                 self.await_probe();
                 return;
@@ -829,8 +826,8 @@ impl Dispatcher {
             self.gate_notice.warn_keyed(
                 &format!("paused-until-{}", fault.until_ms),
                 &format!(
-                    "auto-decompose paused for {:.0}s: {} (card {task_id})",
-                    fault.lasts.as_secs_f64(),
+                    "{}: {} (card {task_id})",
+                    paused_for(fault.lasts),
                     fault.fault.describe()
                 ),
             );
@@ -839,9 +836,9 @@ impl Dispatcher {
             self.gate_notice.warn_keyed(
                 &format!("paused-until-{}", pause.until_ms),
                 &format!(
-                    "auto-decompose paused for {:.0}s: provider unreachable ({} request(s) in a \
-                     row never reached it; no card's budget was spent): {}",
-                    pause.lasts.as_secs_f64(),
+                    "{}: provider unreachable ({} request(s) in a row never reached it; no card's \
+                     budget was spent): {}",
+                    paused_for(pause.lasts),
                     pause.streak,
                     pause.reason
                 ),
@@ -877,13 +874,7 @@ impl Dispatcher {
                 // The due query never offers a parked card, so this card's budget was spent
                 // by an attempt that never finished, or the budget was lowered; it was parked
                 // just now.
-                warn_parked(
-                    &task_id,
-                    &format!(
-                        "{attempts} attempts reached kanban.decompose_max_attempts ({})",
-                        self.config.kanban.decompose_max_attempts
-                    ),
-                );
+                warn_parked(&task_id, &card_budget(&self.config).spent_reason(*attempts));
             }
             AttemptOutcome::Refused {
                 refusal: BeginRefusal::Unreadable { why },

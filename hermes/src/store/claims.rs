@@ -27,11 +27,8 @@ use serde_json::json;
 use super::board::add_event;
 use super::decompose::announce_parked;
 use super::{lenient, SqlResultExt, Store, StoreError};
-use crate::core::Origin;
+use crate::core::{CardBudget, LedgerOutcome, Origin};
 use crate::process;
-
-/// Ledger outcome of a request whose process ended before recording how it went.
-pub(crate) const UNKNOWN: &str = "unknown";
 
 /// One claim row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,13 +123,13 @@ impl Store {
     /// `ours_running` (an attempt of ours whose end could not be recorded), plus ledger rows left
     /// `in_flight` with no claim at all (a crash of an older build). A card whose abandoned
     /// attempt sent a request gets a `decompose_failed` event (and is parked when that was its
-    /// last automatic attempt under `max_attempts`); one that never sent a request gets its
+    /// last automatic attempt under `budget`); one that never sent a request gets its
     /// attempt back. One transaction; nothing is written when nothing is found.
     pub fn recover_abandoned(
         &mut self,
         now_ms: i64,
         ours_running: &HashSet<String>,
-        max_attempts: u32,
+        budget: CardBudget,
         by: Origin,
     ) -> Result<Recovered, StoreError> {
         if !self.read(|conn| anything_to_recover(conn, now_ms, ours_running))? {
@@ -149,7 +146,7 @@ impl Store {
                     claim.state(now_ms)
                 };
                 if state != ClaimState::Held {
-                    abandon(tx, &claim, state, now_ms, max_attempts, by, &mut recovered)?;
+                    abandon(tx, &claim, state, now_ms, budget, by, &mut recovered)?;
                 }
             }
             recovered.closed_rows += close_unclaimed_rows(tx, now_ms)?;
@@ -313,7 +310,7 @@ pub(crate) fn abandon(
     claim: &Claim,
     state: ClaimState,
     now_ms: i64,
-    max_attempts: u32,
+    budget: CardBudget,
     by: Origin,
     recovered: &mut Recovered,
 ) -> Result<(), StoreError> {
@@ -326,8 +323,15 @@ pub(crate) fn abandon(
     let closed = tx
         .execute(
             "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, detail = ?5
-             WHERE task_id = ?1 AND attempt = ?2 AND outcome = 'in_flight'",
-            params![claim.task_id, claim.attempt, UNKNOWN, now_ms, detail],
+             WHERE task_id = ?1 AND attempt = ?2 AND outcome = ?6",
+            params![
+                claim.task_id,
+                claim.attempt,
+                LedgerOutcome::Unknown.as_str(),
+                now_ms,
+                detail,
+                LedgerOutcome::InFlight.as_str()
+            ],
         )
         .sql("closing the abandoned attempt's ledger rows")?;
     recovered.closed_rows += closed;
@@ -335,7 +339,11 @@ pub(crate) fn abandon(
         .query_row(
             "SELECT COUNT(*) FROM hermes_aux_ledger
              WHERE task_id = ?1 AND attempt = ?2 AND outcome != ?3",
-            params![claim.task_id, claim.attempt, super::guards::UNREACHABLE],
+            params![
+                claim.task_id,
+                claim.attempt,
+                LedgerOutcome::Unreachable.as_str()
+            ],
             |r| r.get(0),
         )
         .sql("counting the abandoned attempt's requests")?;
@@ -365,7 +373,7 @@ pub(crate) fn abandon(
         }
     } else if current && status.as_deref() == Some("triage") {
         let (attempts, due, parked_at) = state.unwrap_or((claim.attempt, None, None));
-        let park = parked_at.is_none() && attempts >= max_attempts;
+        let park = parked_at.is_none() && budget.spent(attempts);
         let reason = format!(
             "abandoned: {why} before recording how attempt {} went (its request may have been \
              billed; an answer that still comes is not applied)",
@@ -427,10 +435,10 @@ pub(crate) fn refund(
 
 fn unclaimed_rows(conn: &Connection) -> Result<i64, StoreError> {
     conn.query_row(
-        "SELECT COUNT(*) FROM hermes_aux_ledger l WHERE l.outcome = 'in_flight'
+        "SELECT COUNT(*) FROM hermes_aux_ledger l WHERE l.outcome = ?1
            AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                            WHERE c.task_id = l.task_id AND c.attempt = l.attempt)",
-        [],
+        [LedgerOutcome::InFlight.as_str()],
         |r| r.get(0),
     )
     .sql("looking for ledger rows left in flight")
@@ -440,11 +448,15 @@ fn close_unclaimed_rows(tx: &Transaction<'_>, now_ms: i64) -> Result<usize, Stor
     tx.execute(
         "UPDATE hermes_aux_ledger SET outcome = ?1, ended_at_ms = ?2,
              detail = 'left in flight by a process that ended before recording how it went; it may have been billed'
-         WHERE outcome = 'in_flight'
+         WHERE outcome = ?3
            AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                            WHERE c.task_id = hermes_aux_ledger.task_id
                              AND c.attempt = hermes_aux_ledger.attempt)",
-        params![UNKNOWN, now_ms],
+        params![
+            LedgerOutcome::Unknown.as_str(),
+            now_ms,
+            LedgerOutcome::InFlight.as_str()
+        ],
     )
     .sql("closing ledger rows left in flight")
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::tests::scratch;
 use super::*;
-use crate::core::{Backoff, UNREACHABLE_MIN_PAUSE};
+use crate::core::{Backoff, CardBudget, LedgerOutcome, UNREACHABLE_MIN_PAUSE};
 use crate::process;
 
 const MAX_ATTEMPTS: u32 = 3;
@@ -41,7 +41,7 @@ fn policy(origin: Origin, now_ms: i64, max_attempts: u32, calls_per_hour: u32) -
         force: false,
         origin,
         now_ms,
-        max_attempts,
+        card_budget: CardBudget::new(max_attempts),
         calls_per_hour,
         backoff: Backoff::new(Duration::from_secs(1)),
         claim_until_ms: now_ms + CLAIM_MS,
@@ -75,16 +75,9 @@ fn open_row(store: &mut Store, task_id: &str, attempt: u32, at: i64) -> i64 {
         .unwrap()
 }
 
-fn close_row(store: &mut Store, id: i64, outcome: &str, at: i64) {
+fn close_row(store: &mut Store, id: i64, outcome: LedgerOutcome, at: i64) {
     store
-        .ledger_close(
-            id,
-            &LedgerClose {
-                ended_at_ms: at,
-                outcome: outcome.into(),
-                ..LedgerClose::default()
-            },
-        )
+        .ledger_close(id, &LedgerClose::new(at, outcome))
         .unwrap();
 }
 
@@ -256,7 +249,12 @@ fn a_live_holder_keeps_the_card_from_every_origin_whatever_the_clock_says(
     assert_eq!(attempts(&store, &id), before, "a refusal counts nothing");
     let none = HashSet::new();
     let recovered = store
-        .recover_abandoned(now + 2 * CLAIM_MS, &none, MAX_ATTEMPTS, Origin::Gateway)
+        .recover_abandoned(
+            now + 2 * CLAIM_MS,
+            &none,
+            CardBudget::new(MAX_ATTEMPTS),
+            Origin::Gateway,
+        )
         .unwrap();
     assert!(recovered.is_empty(), "a live holder is left alone");
 }
@@ -274,12 +272,22 @@ fn a_claim_of_unknown_liveness_holds_until_it_expires() {
     ));
     let none = HashSet::new();
     assert!(store
-        .recover_abandoned(now + 59_999, &none, MAX_ATTEMPTS, Origin::Gateway)
+        .recover_abandoned(
+            now + 59_999,
+            &none,
+            CardBudget::new(MAX_ATTEMPTS),
+            Origin::Gateway
+        )
         .unwrap()
         .is_empty());
     // Past its expiry no request of that attempt can still be sending: the attempt is over.
     let recovered = store
-        .recover_abandoned(now + 60_000, &none, MAX_ATTEMPTS, Origin::Gateway)
+        .recover_abandoned(
+            now + 60_000,
+            &none,
+            CardBudget::new(MAX_ATTEMPTS),
+            Origin::Gateway,
+        )
         .unwrap();
     assert_eq!(recovered.refunded, vec![id.clone()]);
     assert_eq!(store.claim(&id).unwrap(), None);
@@ -348,7 +356,12 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
 
     let none = HashSet::new();
     let recovered = store
-        .recover_abandoned(now + 5, &none, MAX_ATTEMPTS, Origin::Gateway)
+        .recover_abandoned(
+            now + 5,
+            &none,
+            CardBudget::new(MAX_ATTEMPTS),
+            Origin::Gateway,
+        )
         .unwrap();
     let mut failed = vec![killed.clone(), last.clone()];
     failed.sort();
@@ -389,7 +402,12 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
     ));
     // Nothing more to find: a second pass writes nothing.
     assert!(store
-        .recover_abandoned(now + 6, &none, MAX_ATTEMPTS, Origin::Gateway)
+        .recover_abandoned(
+            now + 6,
+            &none,
+            CardBudget::new(MAX_ATTEMPTS),
+            Origin::Gateway
+        )
         .unwrap()
         .is_empty());
 }
@@ -405,7 +423,12 @@ fn this_processs_own_claims_are_left_alone_while_their_attempts_run() {
     open_row(&mut store, &lost, 1, now);
     let ours: HashSet<String> = [running.clone()].into();
     let recovered = store
-        .recover_abandoned(now + 5, &ours, MAX_ATTEMPTS, Origin::Gateway)
+        .recover_abandoned(
+            now + 5,
+            &ours,
+            CardBudget::new(MAX_ATTEMPTS),
+            Origin::Gateway,
+        )
         .unwrap();
     assert_eq!(recovered.failed, vec![lost.clone()]);
     assert_eq!(recovered.closed_rows, 1);
@@ -420,7 +443,7 @@ fn this_processs_own_claims_are_left_alone_while_their_attempts_run() {
 fn unreachable(store: &mut Store, id: &str, at: i64) -> crate::core::UnreachablePause {
     let ticket = begin(store, id, Origin::Gateway, at).unwrap();
     let row = open_row(store, id, ticket.attempt, at);
-    close_row(store, row, "unreachable", at);
+    close_row(store, row, LedgerOutcome::Unreachable, at);
     store
         .record_nothing_sent(
             id,
@@ -477,7 +500,7 @@ fn an_unreachable_provider_costs_no_budget_and_pauses_the_board_longer_each_time
     // A request that reaches the provider ends the streak.
     let ticket = begin(&mut store, &id, Origin::Manual, now + 7_000).unwrap();
     let row = open_row(&mut store, &id, ticket.attempt, now + 7_000);
-    close_row(&mut store, row, "server_error", now + 7_000);
+    close_row(&mut store, row, LedgerOutcome::ServerError, now + 7_000);
     store
         .record_failure(
             &id,

@@ -23,7 +23,7 @@ use super::guards::{
 use super::{lenient, SqlResultExt, Status, Store, StoreError};
 use crate::core::time::after;
 use crate::core::{
-    unreachable_pause, Backoff, BeginRefusal, ChildSpec, Origin, Plan, UnreachablePause,
+    unreachable_pause, Backoff, BeginRefusal, CardBudget, ChildSpec, Origin, Plan, UnreachablePause,
 };
 
 /// Block kinds that wait for a person; such cards are never decomposed automatically (B7).
@@ -38,8 +38,8 @@ pub struct BeginPolicy {
     /// ticket. Automatic attempts never do.
     pub force: bool,
     pub now_ms: i64,
-    /// Automatic attempts stop once a card has had this many.
-    pub max_attempts: u32,
+    /// Automatic attempts stop once a card has spent it.
+    pub card_budget: CardBudget,
     /// Board-wide ceiling on paid calls in any rolling hour (automatic attempts only).
     pub calls_per_hour: u32,
     /// The card's wait after a failure. Until the outcome is known the card is treated as
@@ -497,7 +497,7 @@ fn begin_attempt(
             &claim,
             state,
             policy.now_ms,
-            policy.max_attempts,
+            policy.card_budget,
             policy.origin,
             &mut Recovered::default(),
         )?;
@@ -586,10 +586,7 @@ fn park_spent_card(
         tx,
         task_id,
         attempts,
-        &format!(
-            "{attempts} attempts reached kanban.decompose_max_attempts ({})",
-            policy.max_attempts
-        ),
+        &policy.card_budget.spent_reason(attempts),
         policy.origin,
     )?;
     Ok(())
@@ -606,7 +603,7 @@ fn automatic_refusal(
     }
     // A card with no state row yet has had no attempt; with a budget of 0 it gets none.
     let attempts = state.map_or(0, |s| s.attempts);
-    if state.is_some_and(|s| s.parked_at_ms.is_some()) || attempts >= policy.max_attempts {
+    if state.is_some_and(|s| s.parked_at_ms.is_some()) || policy.card_budget.spent(attempts) {
         return Ok(Some(BeginRefusal::Parked { attempts }));
     }
     if card.started_at.is_some() {

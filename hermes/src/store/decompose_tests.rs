@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::tests::{kinds, scratch};
 use super::*;
-use crate::core::{ChildSpec, Plan};
+use crate::core::{CardBudget, ChildSpec, LedgerOutcome, Plan};
 
 const MAX_ATTEMPTS: u32 = 3;
 const CALLS_PER_HOUR: u32 = 2;
@@ -52,7 +52,7 @@ fn policy(origin: Origin, now_ms: i64) -> BeginPolicy {
         force: false,
         origin,
         now_ms,
-        max_attempts: MAX_ATTEMPTS,
+        card_budget: CardBudget::new(MAX_ATTEMPTS),
         calls_per_hour: CALLS_PER_HOUR,
         backoff: test_backoff(),
         claim_until_ms: now_ms + CLAIM_MS,
@@ -600,7 +600,7 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
         }
         Crashed::WithClaim => {
             let recovered = store
-                .recover_abandoned(later, &none, MAX_ATTEMPTS, Origin::Gateway)
+                .recover_abandoned(later, &none, CardBudget::new(MAX_ATTEMPTS), Origin::Gateway)
                 .unwrap();
             assert_eq!(
                 recovered,
@@ -1479,11 +1479,9 @@ fn every_request_gets_a_row_opened_before_and_closed_after() {
         .ledger_close(
             first,
             &LedgerClose {
-                ended_at_ms: now + 10,
-                outcome: "server_error".into(),
                 http_status: Some(503),
                 detail: Some("provider failed (HTTP 503)".into()),
-                ..LedgerClose::default()
+                ..LedgerClose::new(now + 10, LedgerOutcome::ServerError)
             },
         )
         .unwrap();
@@ -1494,7 +1492,7 @@ fn every_request_gets_a_row_opened_before_and_closed_after() {
             second,
             &LedgerClose {
                 ended_at_ms: now + 20,
-                outcome: "ok".into(),
+                outcome: LedgerOutcome::Ok,
                 http_status: Some(200),
                 prompt_tokens: Some(120),
                 completion_tokens: Some(34),
@@ -1571,13 +1569,13 @@ fn usage_totals_cards_window_and_pause() {
     let b = triage_card(&mut store, "card b");
     let now = now_ms();
     begin(&mut store, &a, Origin::Gateway, now).unwrap();
-    let close = |store: &mut Store, row, outcome: &str, tokens: Option<(u64, u64)>| {
+    let close = |store: &mut Store, row, outcome, tokens: Option<(u64, u64)>| {
         store
             .ledger_close(
                 row,
                 &LedgerClose {
                     ended_at_ms: now,
-                    outcome: outcome.into(),
+                    outcome,
                     http_status: None,
                     prompt_tokens: tokens.map(|t| t.0),
                     completion_tokens: tokens.map(|t| t.1),
@@ -1587,14 +1585,14 @@ fn usage_totals_cards_window_and_pause() {
             .unwrap()
     };
     let old = ledger(&mut store, &a, now - 2 * HOUR_MS);
-    close(&mut store, old, "timeout", None);
+    close(&mut store, old, LedgerOutcome::Timeout, None);
     let r1 = ledger(&mut store, &a, now - 10_000);
-    close(&mut store, r1, "server_error", None);
+    close(&mut store, r1, LedgerOutcome::ServerError, None);
     let r2 = ledger(&mut store, &a, now - 5_000);
-    close(&mut store, r2, "ok", Some((100, 20)));
+    close(&mut store, r2, LedgerOutcome::Ok, Some((100, 20)));
     ledger(&mut store, &b, now - 1_000); // still in flight
     let orphan = ledger(&mut store, "t_99999999", now - 3_000);
-    close(&mut store, orphan, "aborted", None);
+    close(&mut store, orphan, LedgerOutcome::Aborted, None);
 
     let all = store.usage(None, now, 50).unwrap();
     assert_eq!(all.since, None);

@@ -7,16 +7,13 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 use super::{SqlResultExt, Store, StoreError};
-use crate::core::BeginRefusal;
+use crate::core::{BeginRefusal, LedgerOutcome};
 
 /// One hour in milliseconds: the ceiling's rolling window.
 pub const HOUR_MS: i64 = 3_600_000;
 
 pub(crate) const PAUSE_KEY: &str = "provider_pause";
 pub(crate) const UNREACHABLE_KEY: &str = "provider_unreachable";
-
-/// Ledger outcome of a request that never reached the provider: not billed, not counted.
-pub(crate) const UNREACHABLE: &str = "unreachable";
 
 /// A board-wide pause.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -130,7 +127,7 @@ pub(crate) fn guards_in_force(
 pub(crate) fn calls_since(conn: &Connection, since_ms: i64) -> Result<u64, StoreError> {
     conn.query_row(
         "SELECT COUNT(*) FROM hermes_aux_ledger WHERE started_at_ms >= ?1 AND outcome != ?2",
-        params![since_ms, UNREACHABLE],
+        params![since_ms, LedgerOutcome::Unreachable.as_str()],
         |r| r.get::<_, i64>(0),
     )
     .map(|n| u64::try_from(n).unwrap_or(0))
@@ -235,15 +232,17 @@ fn put_pause(
 pub(crate) fn unreachable_streak(conn: &Connection, limit: u32) -> Result<u32, StoreError> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT outcome FROM hermes_aux_ledger WHERE outcome != 'in_flight'
+            "SELECT outcome FROM hermes_aux_ledger WHERE outcome != ?2
              ORDER BY id DESC LIMIT ?1",
         )
         .sql("reading recent ledger rows")?;
-    let mut rows = stmt.query([limit]).sql("reading recent ledger rows")?;
+    let mut rows = stmt
+        .query(params![limit, LedgerOutcome::InFlight.as_str()])
+        .sql("reading recent ledger rows")?;
     let mut streak = 0;
     while let Some(row) = rows.next().sql("reading recent ledger rows")? {
         let outcome: String = row.get(0).sql("reading a ledger row")?;
-        if outcome != UNREACHABLE {
+        if outcome != LedgerOutcome::Unreachable.as_str() {
             break;
         }
         streak += 1;

@@ -3,13 +3,13 @@
 //! board-wide pause (B5) and the hourly ceiling (B6) are read from the same tables, which is
 //! what makes them hold across restarts and across processes.
 
-use rusqlite::params;
+use rusqlite::{named_params, params};
 use serde::Serialize;
 
 use super::claims::claim_is_ours;
 use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
 use super::{lenient, SqlResultExt, Store, StoreError};
-use crate::core::{BeginRefusal, Origin};
+use crate::core::{BeginRefusal, LedgerOutcome, Origin};
 
 /// A ledger row about to be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,16 +32,29 @@ pub struct LedgerOpen {
 }
 
 /// How a ledger row's request ended.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerClose {
     pub ended_at_ms: i64,
-    /// `ok`, or the failure's label (`server_error`, `timeout`, `malformed`, `aborted`, …).
-    pub outcome: String,
+    pub outcome: LedgerOutcome,
     pub http_status: Option<u16>,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     /// A short human-readable note (the error), if any.
     pub detail: Option<String>,
+}
+
+impl LedgerClose {
+    /// The end of a request that says nothing more than its outcome.
+    pub fn new(ended_at_ms: i64, outcome: LedgerOutcome) -> LedgerClose {
+        LedgerClose {
+            ended_at_ms,
+            outcome,
+            http_status: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            detail: None,
+        }
+    }
 }
 
 /// `kanban usage`: what the ledger says was paid.
@@ -171,13 +184,14 @@ impl Store {
             tx.execute(
                 "INSERT INTO hermes_aux_ledger
                      (task_id, purpose, origin, attempt, try, started_at_ms, outcome, model)
-                 VALUES (?1, 'decompose', ?2, ?3, ?4, ?5, 'in_flight', ?6)",
+                 VALUES (?1, 'decompose', ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     open.task_id,
                     open.origin.as_str(),
                     open.attempt,
                     open.try_no,
                     open.started_at_ms,
+                    LedgerOutcome::InFlight.as_str(),
                     open.model
                 ],
             )
@@ -196,7 +210,7 @@ impl Store {
                 params![
                     id,
                     close.ended_at_ms,
-                    close.outcome,
+                    close.outcome.as_str(),
                     close.http_status,
                     close.prompt_tokens.map(saturating_i64),
                     close.completion_tokens.map(saturating_i64),
@@ -225,9 +239,9 @@ impl Store {
                     // integer (`SUM` fails on overflow): rows another tool wrote, or a provider
                     // that reports 2^64 - 1 tokens, still add up, to a saturated total.
                     "SELECT l.task_id, t.title, t.status,
-                            SUM(l.outcome != 'unreachable'),
-                            SUM(l.outcome = 'ok'),
-                            SUM(l.outcome NOT IN ('ok', 'in_flight', 'unknown', 'unreachable')),
+                            SUM(l.outcome != :unreachable),
+                            SUM(l.outcome = :ok),
+                            SUM(l.outcome NOT IN (:ok, :in_flight, :unknown, :unreachable)),
                             SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) >> 32),
                             SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) & 4294967295),
                             SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
@@ -235,18 +249,25 @@ impl Store {
                             s.attempts,
                             s.parked_at_ms IS NOT NULL,
                             MAX(CAST(l.started_at_ms AS INTEGER)),
-                            SUM(l.outcome = 'unknown'),
-                            SUM(l.outcome = 'unreachable')
+                            SUM(l.outcome = :unknown),
+                            SUM(l.outcome = :unreachable)
                      FROM hermes_aux_ledger l
                      LEFT JOIN tasks t ON t.id = l.task_id
                      LEFT JOIN hermes_decompose_state s ON s.task_id = l.task_id
-                     WHERE l.started_at_ms >= ?1
+                     WHERE l.started_at_ms >= :since
                      GROUP BY l.task_id
                      ORDER BY MAX(l.started_at_ms) DESC, l.task_id",
                 )
                 .sql("reading the ledger")?;
+            let bound = named_params! {
+                ":since": since,
+                ":ok": LedgerOutcome::Ok.as_str(),
+                ":in_flight": LedgerOutcome::InFlight.as_str(),
+                ":unknown": LedgerOutcome::Unknown.as_str(),
+                ":unreachable": LedgerOutcome::Unreachable.as_str(),
+            };
             let rows = stmt
-                .query_map([since], |r| {
+                .query_map(bound, |r| {
                     Ok(CardUsage {
                         task_id: lenient::text(r, 0)?.unwrap_or_default(),
                         // Another tool's title may not be text: shown as best it can be.
@@ -274,7 +295,7 @@ impl Store {
                 .prepare(
                     // As above, token sums in two halves.
                     "SELECT l.task_id, l.model,
-                            SUM(l.outcome != 'unreachable'),
+                            SUM(l.outcome != ?2),
                             SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) >> 32),
                             SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) & 4294967295),
                             SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
@@ -282,12 +303,12 @@ impl Store {
                      FROM hermes_aux_ledger l
                      WHERE l.started_at_ms >= ?1
                      GROUP BY l.task_id, l.model
-                     HAVING SUM(l.outcome != 'unreachable') > 0
+                     HAVING SUM(l.outcome != ?2) > 0
                      ORDER BY l.task_id, l.model",
                 )
                 .sql("reading the ledger")?;
             let groups = by_model
-                .query_map([since], |r| {
+                .query_map(params![since, LedgerOutcome::Unreachable.as_str()], |r| {
                     Ok((
                         lenient::text(r, 0)?.unwrap_or_default(),
                         ModelUsage {

@@ -11,7 +11,7 @@ use super::board::add_event;
 use super::claims::{abandon, claim_of, ClaimState, Recovered};
 use super::decompose::{state_row, StateRow};
 use super::guards::{board_pause, unreachable_pause, PAUSE_KEY, UNREACHABLE_KEY};
-use crate::core::Origin;
+use crate::core::{CardBudget, Origin};
 
 use super::{lenient, BeginRefusal, SqlResultExt, Status, Store, StoreError};
 
@@ -121,15 +121,15 @@ pub struct LedgerCall {
 impl Store {
     /// Gives a parked triage card a fresh automatic budget and makes it due now, with a
     /// `decompose_unparked` event. A card counts as parked once it is marked so or has used
-    /// `max_attempts` automatic attempts. Refuses (writing nothing) any other card.
+    /// its automatic `budget`. Refuses (writing nothing) any other card.
     pub fn unpark(
         &mut self,
         task_id: &str,
-        max_attempts: u32,
+        budget: CardBudget,
         now_ms: i64,
         by: &str,
     ) -> Result<Result<Unparked, UnparkRefusal>, StoreError> {
-        self.write(|tx| unpark(tx, task_id, max_attempts, now_ms, by))
+        self.write(|tx| unpark(tx, task_id, budget, now_ms, by))
     }
 
     /// Lifts every board-wide pause in force (a provider's refusal, an unreachable provider's
@@ -219,7 +219,7 @@ fn status(conn: &Connection, task_id: &str) -> Result<Option<String>, StoreError
 fn unpark(
     tx: &Transaction<'_>,
     task_id: &str,
-    max_attempts: u32,
+    budget: CardBudget,
     now_ms: i64,
     by: &str,
 ) -> Result<Result<Unparked, UnparkRefusal>, StoreError> {
@@ -250,19 +250,18 @@ fn unpark(
             &claim,
             state,
             now_ms,
-            max_attempts,
+            budget,
             Origin::Manual,
             &mut Recovered::default(),
         )?;
     }
     let state = state_row(tx, task_id)?;
     let attempts = state.as_ref().map_or(0, |s| s.attempts);
-    let Some(state) = state.filter(|s| s.parked_at_ms.is_some() || s.attempts >= max_attempts)
-    else {
+    let Some(state) = state.filter(|s| s.parked_at_ms.is_some() || budget.spent(s.attempts)) else {
         return Ok(Err(UnparkRefusal::NotParked {
             task_id: task_id.to_owned(),
             attempts,
-            max_attempts,
+            max_attempts: budget.max,
         }));
     };
     let due = (!state.opt_out).then_some(now_ms);
@@ -403,6 +402,7 @@ fn calls(conn: &Connection, filter: &CallFilter) -> Result<Vec<LedgerCall>, Stor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::LedgerOutcome;
     use crate::store::{LedgerClose, LedgerOpen, NewTask, Origin};
 
     fn board() -> (tempfile::TempDir, Store) {
@@ -447,7 +447,10 @@ mod tests {
         let (_dir, mut store) = board();
         let id = triage(&mut store, "poison");
         set_state(&store, &id, 3, true);
-        let done = store.unpark(&id, 3, 1_000_000, "alice").unwrap().unwrap();
+        let done = store
+            .unpark(&id, CardBudget::new(3), 1_000_000, "alice")
+            .unwrap()
+            .unwrap();
         assert_eq!(
             done,
             Unparked {
@@ -470,7 +473,10 @@ mod tests {
         );
         // Spent but never marked parked (the budget was lowered since) counts as parked too.
         set_state(&store, &id, 2, false);
-        assert!(store.unpark(&id, 2, 5, "bob").unwrap().is_ok());
+        assert!(store
+            .unpark(&id, CardBudget::new(2), 5, "bob")
+            .unwrap()
+            .is_ok());
     }
 
     #[test]
@@ -487,7 +493,7 @@ mod tests {
             .id;
         let before_fresh = kinds(&store, &fresh);
         assert_eq!(
-            store.unpark(&fresh, 3, 1, "a").unwrap(),
+            store.unpark(&fresh, CardBudget::new(3), 1, "a").unwrap(),
             Err(UnparkRefusal::NotParked {
                 task_id: fresh.clone(),
                 attempts: 1,
@@ -496,13 +502,18 @@ mod tests {
         );
         assert_eq!(store.get(&fresh).unwrap().decompose.unwrap().attempts, 1);
         assert_eq!(kinds(&store, &fresh), before_fresh);
-        let refused = store.unpark(&ready, 3, 1, "a").unwrap().unwrap_err();
+        let refused = store
+            .unpark(&ready, CardBudget::new(3), 1, "a")
+            .unwrap()
+            .unwrap_err();
         assert_eq!(
             refused.to_string(),
             format!("{ready} is not in triage (status ready); only a triage card can be unparked")
         );
         assert_eq!(
-            store.unpark("t_00000000", 3, 1, "a").unwrap(),
+            store
+                .unpark("t_00000000", CardBudget::new(3), 1, "a")
+                .unwrap(),
             Err(UnparkRefusal::NoSuchTask("t_00000000".to_owned()))
         );
     }
@@ -513,7 +524,10 @@ mod tests {
         let id = triage(&mut store, "held");
         set_state(&store, &id, 3, true);
         store.set_auto_decompose(&id, false, 1, "a").unwrap();
-        let done = store.unpark(&id, 3, 9, "a").unwrap().unwrap();
+        let done = store
+            .unpark(&id, CardBudget::new(3), 9, "a")
+            .unwrap()
+            .unwrap();
         assert_eq!(done.next_attempt_at_ms, None);
         assert_eq!(store.get(&id).unwrap().decompose.unwrap().due_at_ms, None);
     }
@@ -626,9 +640,9 @@ mod tests {
         let a = triage(&mut store, "a");
         let b = triage(&mut store, "b");
         for (card, at, outcome) in [
-            (&a, 100, "ok"),
-            (&b, 200, "server_error"),
-            (&a, 300, "timeout"),
+            (&a, 100, LedgerOutcome::Ok),
+            (&b, 200, LedgerOutcome::ServerError),
+            (&a, 300, LedgerOutcome::Timeout),
         ] {
             let row = store
                 .ledger_open(&LedgerOpen {
@@ -648,7 +662,7 @@ mod tests {
                     row,
                     &LedgerClose {
                         ended_at_ms: at + 40,
-                        outcome: outcome.to_owned(),
+                        outcome,
                         http_status: Some(200),
                         prompt_tokens: Some(10),
                         completion_tokens: Some(5),

@@ -148,6 +148,7 @@ pub(crate) fn redate_future(tx: &Transaction<'_>, now_ms: i64) -> Result<Redated
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::LedgerOutcome;
     use crate::store::{LedgerClose, LedgerOpen, NewTask, Origin};
 
     #[test]
@@ -180,11 +181,7 @@ mod tests {
         store
             .ledger_close(
                 row,
-                &LedgerClose {
-                    ended_at_ms: now + day + 250,
-                    outcome: "malformed".into(),
-                    ..LedgerClose::default()
-                },
+                &LedgerClose::new(now + day + 250, LedgerOutcome::Malformed),
             )
             .unwrap();
         store

@@ -8,6 +8,7 @@
 use rusqlite::{Connection, OptionalExtension};
 
 use super::{SqlResultExt, StoreError};
+use crate::core::LedgerOutcome;
 
 /// One column: its name and the declaration that follows the name in `CREATE TABLE`.
 pub(crate) struct Column {
@@ -242,7 +243,7 @@ macro_rules! index {
             partial: None,
         }
     };
-    ($name:literal, $table:literal, $on:literal, where $cond:literal) => {
+    ($name:literal, $table:literal, $on:literal, where $cond:expr) => {
         Index {
             name: $name,
             table: $table,
@@ -283,8 +284,47 @@ pub(crate) const INDEXES: &[Index] = &[
         "hermes_aux_ledger",
         "task_id, started_at_ms"
     ),
-    index!("hermes_idx_ledger_in_flight", "hermes_aux_ledger", "task_id, attempt", where "outcome = 'in_flight'"),
+    index!("hermes_idx_ledger_in_flight", "hermes_aux_ledger", "task_id, attempt", where LEDGER_IN_FLIGHT),
 ];
+
+/// `outcome = 'in_flight'`, with the value spelt by [`LedgerOutcome`]: an index's condition
+/// cannot take a bound parameter, and the ledger's values must have one spelling.
+const LEDGER_IN_FLIGHT: &str = {
+    const PARTS: [&str; 3] = ["outcome = '", LedgerOutcome::InFlight.as_str(), "'"];
+    const BYTES: [u8; joined_len(&PARTS)] = joined(&PARTS);
+    match std::str::from_utf8(&BYTES) {
+        Ok(text) => text,
+        Err(_) => panic!("the index condition is not UTF-8"),
+    }
+};
+
+const fn joined_len(parts: &[&str]) -> usize {
+    let mut len = 0;
+    let mut p = 0;
+    while p < parts.len() {
+        len += parts[p].len();
+        p += 1;
+    }
+    len
+}
+
+/// `parts` one after another, at compile time; `N` is [`joined_len`] of them.
+const fn joined<const N: usize>(parts: &[&str]) -> [u8; N] {
+    let mut out = [0; N];
+    let mut at = 0;
+    let mut p = 0;
+    while p < parts.len() {
+        let bytes = parts[p].as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            out[at] = bytes[i];
+            at += 1;
+            i += 1;
+        }
+        p += 1;
+    }
+    out
+}
 
 impl Table {
     fn create_sql(&self) -> String {

@@ -120,6 +120,42 @@ fn a_fresh_board_is_created_with_its_directory_in_wal_mode() {
 }
 
 #[test]
+fn the_in_flight_index_keeps_its_condition_and_serves_bound_outcomes() {
+    let (_dir, store) = scratch();
+    let sql: String = store
+        .conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'hermes_idx_ledger_in_flight'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    // The bytes boards already hold (and the schema fingerprint is taken over).
+    assert_eq!(
+        sql,
+        "CREATE INDEX hermes_idx_ledger_in_flight ON hermes_aux_ledger(task_id, attempt) \
+         WHERE outcome = 'in_flight'"
+    );
+    // The condition is met by a bound value as by a literal: recovery's look for rows left in
+    // flight still reads the small index, not the whole ledger.
+    let plan: Vec<String> = store
+        .conn
+        .prepare("EXPLAIN QUERY PLAN SELECT COUNT(*) FROM hermes_aux_ledger WHERE outcome = ?1")
+        .unwrap()
+        .query_map([crate::core::LedgerOutcome::InFlight.as_str()], |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("hermes_idx_ledger_in_flight")),
+        "{plan:?}"
+    );
+}
+
+#[test]
 fn the_fresh_schema_matches_upstreams_columns_exactly() {
     let (_dir, store) = scratch();
     let upstream = Connection::open_with_flags(

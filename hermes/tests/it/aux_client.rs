@@ -220,7 +220,7 @@ fn non_json_body_is_malformed() {
     let provider = provider_replying(Reply::raw(200, "text/plain", "Sorry, no JSON here"));
     let err = send_to(&provider).err();
     assert!(matches!(&err, Some(AuxError::Malformed(_))), "{err:?}");
-    assert_eq!(err.map(|e| e.outcome()), Some("malformed"));
+    assert_eq!(err.map(|e| e.outcome().as_str()), Some("malformed"));
 }
 
 #[test]
@@ -421,7 +421,7 @@ fn body_of_2_mib_is_too_large() {
             limit: DEFAULT_MAX_BODY_BYTES
         })
     );
-    assert_eq!(err.map(|e| e.outcome()), Some("too_large"));
+    assert_eq!(err.map(|e| e.outcome().as_str()), Some("too_large"));
 }
 
 #[test]
@@ -483,7 +483,7 @@ fn connection_refused_is_unreachable_and_not_retried() {
     );
     assert!(err.as_ref().is_some_and(AuxError::is_undelivered));
     assert!(!err.as_ref().is_some_and(AuxError::is_transient));
-    assert_eq!(err.map(|e| e.outcome()), Some("unreachable"));
+    assert_eq!(err.map(|e| e.outcome().as_str()), Some("unreachable"));
 }
 
 #[test]
