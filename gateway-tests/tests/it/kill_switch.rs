@@ -32,9 +32,10 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(Config::gateway())] bo
     // ticks the gateway ran with the switch off.
     run.watch(span_of_ticks(target, PROBE_TICKS));
     let bills_while_off = aux.bills() - bills_at_flip;
-    let left_triage: Vec<String> = waiting
-        .iter()
-        .filter(|card| board.rows().status(card) != "triage")
+    let left_triage: Vec<String> = board
+        .rows()
+        .left_triage(&waiting)
+        .into_iter()
         .cloned()
         .collect();
 

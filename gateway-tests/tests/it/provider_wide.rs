@@ -103,10 +103,7 @@ fn provider_wide_refusal_costs_one_call_not_one_per_card(#[case] refusal: Refusa
             Duration::from_secs(pause_secs) + target.first_bill_timeout(),
             "every waiting card decomposed after the pause",
         );
-        let decomposed = cards
-            .iter()
-            .filter(|card| !board.rows().status(card).eq("triage"))
-            .count();
+        let decomposed = board.rows().left_triage(&cards).len();
         let resumed = run.stop();
         bound("waiting cards decomposed after the pause", decomposed)
             .exactly(WAITING_CARDS)

@@ -305,10 +305,7 @@ fn provider_pause_survives_a_restart() {
         .exactly(PROVIDER_FAULT_BOUND)
         .over(&window)
         .gap(GapKind::ProviderFaultNotPaused);
-    let decomposed = cards
-        .iter()
-        .filter(|card| board.rows().status(card) != "triage")
-        .count();
+    let decomposed = board.rows().left_triage(&cards).len();
     bound("waiting cards decomposed after the pause", decomposed)
         .exactly(cards.len())
         .over(&resumed)
@@ -376,10 +373,7 @@ fn the_hourly_ceiling_counts_the_calls_of_the_last_hour_and_no_older_ones(
     .over(&window)
     .note(|| ceiling.clone())
     .gap(GapKind::HourlyCeilingExceeded);
-    let decomposed = cards
-        .iter()
-        .filter(|card| board.rows().status(card) != "triage")
-        .count();
+    let decomposed = board.rows().left_triage(&cards).len();
     bound("cards decomposed once the ceiling is raised", decomposed)
         .exactly(cards.len())
         .over(&raised)

@@ -147,10 +147,7 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
     })
     .provided(&restarted_and_watched)
     .gap(GapKind::ProviderFaultNotPaused);
-    let decomposed = cards
-        .iter()
-        .filter(|card| board.rows().status(card) != "triage")
-        .count();
+    let decomposed = board.rows().left_triage(&cards).len();
     bound("waiting cards decomposed after the pause", decomposed)
         .exactly(cards.len())
         .over(&resumed)

@@ -102,10 +102,7 @@ fn a_forward_jump_of_the_wall_clock_does_not_widen_the_hourly_ceiling(
     .over(&window)
     .note(|| format!("billed in order: {:?}", aux.billed_ids()))
     .gap(GapKind::HourlyCeilingExceeded);
-    let decomposed = cards
-        .iter()
-        .filter(|card| board.rows().status(card) != "triage")
-        .count();
+    let decomposed = board.rows().left_triage(&cards).len();
     bound("cards decomposed once the ceiling is raised", decomposed)
         .exactly(cards.len())
         .over(&raised)
@@ -167,10 +164,7 @@ fn a_forward_jump_of_the_wall_clock_does_not_end_a_provider_pause(
     .over(&window)
     .note(|| format!("billed in order: {:?}", aux.billed_ids()))
     .gap(GapKind::ProviderFaultNotPaused);
-    let decomposed = cards
-        .iter()
-        .filter(|card| board.rows().status(card) != "triage")
-        .count();
+    let decomposed = board.rows().left_triage(&cards).len();
     bound("waiting cards decomposed after `kanban resume`", decomposed)
         .exactly(cards.len())
         .over(&resumed)
