@@ -61,12 +61,8 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
         Err(seen) => Err(seen),
     }
     .map_err(|seen| format!("the card was not in flight while the other processes ran: {seen}"));
-    run.left_triage(
-        std::slice::from_ref(&card),
-        board.target().first_bill_timeout(),
-        "the gateway's answer applied",
-    )
-    .prove_ticks(1);
+    run.until_left_triage(&card, "the gateway's answer applied")
+        .prove_ticks(1);
     let bills = aux.billed_for(&card);
     let second_exit = second.exit();
     let second_log = second.log();

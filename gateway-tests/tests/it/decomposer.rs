@@ -46,11 +46,8 @@ fn the_gateway_bills_with_the_decomposers_model_key_and_extra_body(
     aux.reply(&card, Reply::graph(2, &[]));
 
     let mut run = board.scenario();
-    run.start().left_triage(
-        std::slice::from_ref(&card),
-        board.target().first_bill_timeout(),
-        "the card auto-decomposed",
-    );
+    run.start()
+        .until_left_triage(&card, "the card auto-decomposed");
     let seen = run.stop();
     let calls = aux.billed_calls();
 

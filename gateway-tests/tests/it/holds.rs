@@ -23,11 +23,7 @@ fn human_holds_are_never_auto_decomposed_while_a_fresh_card_is(
 
     let mut run = board.scenario();
     run.start()
-        .left_triage(
-            std::slice::from_ref(&fresh),
-            board.target().first_bill_timeout(),
-            "the fresh card auto-decomposed",
-        )
+        .until_left_triage(&fresh, "the fresh card auto-decomposed")
         .prove_ticks(PROBE_TICKS);
     let seen = run.stop();
 

@@ -170,11 +170,7 @@ fn a_fanout_at_the_child_cap_is_applied_and_one_child_more_is_rejected(
 
     let mut run = board.scenario();
     run.start()
-        .left_triage(
-            std::slice::from_ref(&at_cap),
-            board.target().first_bill_timeout(),
-            "the fan-out at the cap applied",
-        )
+        .until_left_triage(&at_cap, "the fan-out at the cap applied")
         .first_bill(&over_cap)
         .prove_ticks(2);
     let seen = run.stop();

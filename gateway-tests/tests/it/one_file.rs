@@ -41,11 +41,7 @@ pub fn run_and_stop(board: &Board) -> StoppedRun {
     let mut run = board.scenario();
     run.start().first_bill(&poison);
     spend_budget(&mut run, &poison);
-    run.left_triage(
-        std::slice::from_ref(&decomposed),
-        board.target().first_bill_timeout(),
-        "the fresh card decomposed",
-    );
+    run.until_left_triage(&decomposed, "the fresh card decomposed");
     // Whatever its exit code, a gateway that handled SIGTERM stopped by itself; one that had
     // to be killed did not get to close its board.
     let seen = run.stop();

@@ -51,11 +51,7 @@ fn opted_out_card_is_never_auto_decomposed_but_can_be_by_hand(
 
     let mut run = board.scenario();
     run.start()
-        .left_triage(
-            std::slice::from_ref(&fresh),
-            board.target().first_bill_timeout(),
-            "the fresh card auto-decomposed",
-        )
+        .until_left_triage(&fresh, "the fresh card auto-decomposed")
         .prove_ticks(PROBE_TICKS);
     let automatic_bills = aux.billed_for(&opted_out);
     let seen = run.stop();
@@ -608,7 +604,6 @@ fn a_reply_slower_than_a_tick_is_one_ok_call_and_no_failure(
 fn a_triage_card_another_tool_wrote_is_scheduled_and_decomposed(
     #[with(Config::gateway())] board: Board,
 ) {
-    let target = board.target();
     let aux = board.aux();
     let foreign = board.create("written by upstream's own CLI", &["--triage"]);
     aux.reply(&foreign, Reply::graph(2, &[]));
@@ -617,11 +612,7 @@ fn a_triage_card_another_tool_wrote_is_scheduled_and_decomposed(
 
     let mut run = board.scenario();
     run.start()
-        .left_triage(
-            std::slice::from_ref(&foreign),
-            target.first_bill_timeout(),
-            "the card another tool wrote decomposed",
-        )
+        .until_left_triage(&foreign, "the card another tool wrote decomposed")
         .prove_ticks(2);
     let seen = run.stop();
 

@@ -167,17 +167,13 @@ const AFTER_PAUSE: Duration = Duration::from_millis(1_500);
 fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
     #[with(Config::gateway().per_tick(PER_TICK).backoff(0.0))] board: Board,
 ) {
-    let target = board.target();
     let aux = board.aux();
     // The provider answers first: the gateway knows it works well before the gate closes.
     let answered = board.create("a card answered before the provider refuses", &["--triage"]);
 
     let mut run = board.scenario();
-    run.start().left_triage(
-        std::slice::from_ref(&answered),
-        target.first_bill_timeout(),
-        "the first card decomposed",
-    );
+    run.start()
+        .until_left_triage(&answered, "the first card decomposed");
     // The waiting cards must all be waiting when the pause ends, or a target that fans out shows
     // nothing (each card would come on a tick of its own). The pause holds their creation twice
     // over at the pace of a CLI call measured now, beside the running gateway (a run's pace,

@@ -54,11 +54,7 @@ fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway(
 
     let mut run = board.scenario();
     run.start()
-        .left_triage(
-            std::slice::from_ref(&root),
-            board.target().first_bill_timeout(),
-            "the root to be auto-decomposed",
-        )
+        .until_left_triage(&root, "the root to be auto-decomposed")
         .prove_ticks(CONTROL_PROBES);
     let bills = aux.billed_for(&root);
     let seen = run.stop();

@@ -19,9 +19,8 @@ fn a_closed_log_pipe_stops_neither_dispatching_nor_a_clean_shutdown(
     run.start().prove_ticks(1);
     run.gateway().close_log_pipe();
     let card = board.create("a card nobody's log will mention", &["--triage"]);
-    run.left_triage(
-        std::slice::from_ref(&card),
-        board.target().first_bill_timeout(),
+    run.until_left_triage(
+        &card,
         "a card created after the log pipe closed, decomposed",
     )
     .prove_ticks(1);
@@ -77,12 +76,8 @@ fn a_board_the_gateway_cannot_write_costs_nothing_until_it_can(
         panic!("{error}");
     }
     let window = run.close_window();
-    run.left_triage(
-        std::slice::from_ref(&card),
-        target.first_bill_timeout(),
-        "the card decomposed once the board can be written",
-    )
-    .prove_ticks(1);
+    run.until_left_triage(&card, "the card decomposed once the board can be written")
+        .prove_ticks(1);
     let bills = aux.billed_for(&card);
     let writable = run.stop();
 
@@ -155,11 +150,7 @@ fn a_board_file_replaced_under_the_gateway_is_served_at_its_path(
     // Deleted: the next command creates a fresh board at the same path.
     remove_board_files(&board);
     let recreated = board.create("a card on a recreated board", &["--triage"]);
-    run.left_triage(
-        std::slice::from_ref(&recreated),
-        board.target().first_bill_timeout(),
-        "the card on the recreated board decomposed",
-    );
+    run.until_left_triage(&recreated, "the card on the recreated board decomposed");
 
     let recreated_served = board
         .rows()
@@ -171,12 +162,8 @@ fn a_board_file_replaced_under_the_gateway_is_served_at_its_path(
     let moved = elsewhere.create("a card on a board moved into place", &["--triage"]);
     remove_board_files(&board);
     move_board_files(&elsewhere, &board);
-    run.left_triage(
-        std::slice::from_ref(&moved),
-        board.target().first_bill_timeout(),
-        "the card on the board moved into place decomposed",
-    )
-    .prove_ticks(1);
+    run.until_left_triage(&moved, "the card on the board moved into place decomposed")
+        .prove_ticks(1);
     let bills = [aux.billed_for(&recreated), aux.billed_for(&moved)];
     let seen = run.stop();
 

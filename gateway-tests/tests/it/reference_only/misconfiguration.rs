@@ -341,11 +341,7 @@ fn a_bad_dotenv_line_is_a_warning_naming_it_and_the_key_below_it_still_bills(
     aux.reply(&card, Reply::graph(2, &[]));
 
     let mut run = board.scenario();
-    run.start().left_triage(
-        std::slice::from_ref(&card),
-        board.target().first_bill_timeout(),
-        "the card decomposed",
-    );
+    run.start().until_left_triage(&card, "the card decomposed");
     let log = run.gateway().log_since_start();
     let seen = run.stop();
 

@@ -40,12 +40,8 @@ fn a_parked_card_unparked_is_decomposed_by_the_gateway_with_one_bill(
     let parked_window = run.window().clone();
     aux.reply(&card, Reply::graph(2, &[]));
     let unpark = board.cli_unchecked(["kanban", "unpark", card.as_str()]);
-    run.left_triage(
-        std::slice::from_ref(&card),
-        board.target().first_bill_timeout(),
-        "the unparked card decomposed by the gateway",
-    )
-    .prove_ticks(2);
+    run.until_left_triage(&card, "the unparked card decomposed by the gateway")
+        .prove_ticks(2);
     let seen = run.stop();
     let bills = aux.billed_for(&card);
 
@@ -91,12 +87,8 @@ fn resume_lets_a_gateway_paused_by_a_refusal_bill_again(
     let paused_window = run.window().clone();
     aux.reply(&card, Reply::graph(2, &[]));
     let resume = board.cli_unchecked(["kanban", "resume"]);
-    run.left_triage(
-        std::slice::from_ref(&card),
-        target.first_bill_timeout(),
-        "the card decomposed after the resume",
-    )
-    .prove_ticks(2);
+    run.until_left_triage(&card, "the card decomposed after the resume")
+        .prove_ticks(2);
     let seen = run.stop();
     let bills = aux.billed_for(&card);
 
@@ -135,21 +127,13 @@ fn auto_decompose_off_keeps_the_gateway_away_and_on_brings_it_back(
 
     let mut run = board.scenario();
     run.start()
-        .left_triage(
-            std::slice::from_ref(&fresh),
-            board.target().first_bill_timeout(),
-            "the fresh card auto-decomposed",
-        )
+        .until_left_triage(&fresh, "the fresh card auto-decomposed")
         .prove_ticks(PROBE_TICKS);
     let bills_while_off = aux.billed_for(&card);
     let off_window = run.window().clone();
     let on = board.cli_unchecked(["kanban", "auto-decompose", card.as_str(), "on"]);
-    run.left_triage(
-        std::slice::from_ref(&card),
-        board.target().first_bill_timeout(),
-        "the card switched on decomposed by the gateway",
-    )
-    .prove_ticks(2);
+    run.until_left_triage(&card, "the card switched on decomposed by the gateway")
+        .prove_ticks(2);
     let seen = run.stop();
     let bills = aux.billed_for(&card);
 
