@@ -8,7 +8,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::second_gateway_spec;
+use crate::support::{create_held_cards, second_gateway_spec};
 
 /// No wait after a failure, so a card in flight is due at once but for its claim.
 const NO_BACKOFF: f64 = 0.0;
@@ -126,17 +126,7 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     // card paid for a second time) is answered at once, so it shows.
     let gate = Gate::new();
     let held_reply = Reply::default_single().delayed(SHARED_ANSWER).gated(&gate);
-    // A gateway may bill a card between its creation and its own reply being set: until every
-    // card has its reply, that call is held too.
-    aux.reply_default(held_reply.clone());
-    let cards: Vec<String> = (0..SHARED_CARDS)
-        .map(|i| {
-            let card = board.create(&format!("shared idea {i}"), &["--triage"]);
-            aux.reply_in_turn(&card, vec![held_reply.clone(), Reply::default_single()]);
-            card
-        })
-        .collect();
-    aux.reply_default(Reply::default_single());
+    let cards = create_held_cards(&board, "shared idea", SHARED_CARDS, &held_reply);
     let second_had = fixtures::pace::ticking_after(first_start, board.target());
     let any_card_billed = || cards.iter().any(|card| aux.billed_for(card) > 0);
     let contested = try_wait_until(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{blocked_probe_timeout, no_graph_findings, STOP_GRACE};
+use crate::support::{blocked_probe_timeout, no_graph_findings, stop_note};
 use crate::PROBE_TICKS;
 
 /// Longer than the test: the provider never answers the hung card (dropping the provider ends
@@ -76,15 +76,7 @@ fn hung_call_does_not_stop_the_dispatcher_or_the_shutdown(
         "gateway with a hung call in flight stops cleanly within 5 s of SIGTERM",
         stop.clean() && stop.elapsed <= SIGTERM_BOUND,
     )
-    .note(|| {
-        format!(
-            "took {:.1}s, exit code {:?}, escalated to SIGKILL after {}s: {}",
-            stop.elapsed.as_secs_f64(),
-            stop.exit_code,
-            STOP_GRACE.as_secs(),
-            stop.escalated
-        )
-    })
+    .note(|| stop_note(stop))
     .provided(&in_flight)
     .gap(GapKind::SlowShutdown);
     no_graph_findings(&board, &hung)

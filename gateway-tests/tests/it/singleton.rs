@@ -8,7 +8,7 @@ use std::time::Duration;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{another_gateway_spec, span_of_ticks, STOP_GRACE};
+use crate::support::{another_gateway_spec, create_held_cards, span_of_ticks, STOP_GRACE};
 use crate::PROBE_TICKS;
 
 /// Cards created while the second gateway starts.
@@ -38,17 +38,7 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     let slow_call = target.tick_interval() * SLOW_CALL_TICKS;
     let gate = Gate::new();
     let held_reply = Reply::default_single().delayed(slow_call).gated(&gate);
-    // A gateway may bill a card between its creation and its own reply being set: until every
-    // card has its reply, that call is held too.
-    aux.reply_default(held_reply.clone());
-    let contested: Vec<String> = (0..CONTESTED_CARDS)
-        .map(|i| {
-            let card = board.create(&format!("contested idea {i}"), &["--triage"]);
-            aux.reply_in_turn(&card, vec![held_reply.clone(), Reply::default_single()]);
-            card
-        })
-        .collect();
-    aux.reply_default(Reply::default_single());
+    let contested = create_held_cards(&board, "contested idea", CONTESTED_CARDS, &held_reply);
     let second_had = fixtures::pace::ticking_after(first_start, target);
     let any_contested_billed = || contested.iter().any(|card| aux.billed_for(card) > 0);
     let held = try_wait_until(

@@ -9,7 +9,7 @@ use fixtures::aux_model::{AnswerEnd, Received};
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{blocked_probe_timeout, millis, no_graph_findings, STOP_GRACE};
+use crate::support::{blocked_probe_timeout, millis, no_graph_findings, stop_note};
 use crate::{PROBE_TICKS, SHORT_BACKOFF};
 
 /// Longer than any test: a stalled body never resumes by itself (dropping the provider ends the
@@ -102,15 +102,7 @@ fn a_stalled_body_in_flight_stops_neither_the_dispatcher_nor_the_shutdown(
         "gateway with a stalled body in flight stops cleanly within 5 s of SIGTERM",
         stop.clean() && stop.elapsed <= SIGTERM_BOUND,
     )
-    .note(|| {
-        format!(
-            "took {:.1}s, exit code {:?}, escalated to SIGKILL after {}s: {}",
-            stop.elapsed.as_secs_f64(),
-            stop.exit_code,
-            STOP_GRACE.as_secs(),
-            stop.escalated
-        )
-    })
+    .note(|| stop_note(stop))
     .gap(GapKind::SlowShutdown);
     no_graph_findings(&board, &stalled_card)
         .verdict("a stalled body wrote no rows")

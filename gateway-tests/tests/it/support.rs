@@ -112,3 +112,32 @@ pub fn closed_port_url() -> String {
 pub fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
+
+/// Creates `count` triage cards titled `{title} {i}` beside a running gateway, each answered
+/// first by `held` and then at once. Until every card has its own reply, `held` is the default
+/// too: a gateway may bill a card between its creation and its reply being set, and that call
+/// must be held as well.
+pub fn create_held_cards(board: &Board, title: &str, count: usize, held: &Reply) -> Vec<String> {
+    let aux = board.aux();
+    aux.reply_default(held.clone());
+    let cards = (0..count)
+        .map(|i| {
+            let card = board.create(&format!("{title} {i}"), &["--triage"]);
+            aux.reply_in_turn(&card, vec![held.clone(), Reply::default_single()]);
+            card
+        })
+        .collect();
+    aux.reply_default(Reply::default_single());
+    cards
+}
+
+/// How a stop went, for the note of a verdict on a prompt SIGTERM.
+pub fn stop_note(stop: &StopReport) -> String {
+    format!(
+        "took {:.1}s, exit code {:?}, escalated to SIGKILL after {}s: {}",
+        stop.elapsed.as_secs_f64(),
+        stop.exit_code,
+        STOP_GRACE.as_secs(),
+        stop.escalated
+    )
+}
