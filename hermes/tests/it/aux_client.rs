@@ -308,7 +308,7 @@ fn redirect_is_not_followed() {
     let provider =
         provider_replying(status_only(307).header("Location", "/v1/other/chat/completions"));
     assert_eq!(send_to(&provider), Err(AuxError::Client { status: 307 }));
-    assert_eq!(provider.requests().len(), 1, "exactly one request per call");
+    assert_eq!(provider.received().len(), 1, "exactly one request per call");
 }
 
 #[test]
@@ -531,7 +531,7 @@ fn a_tls_handshake_failure_is_unreachable() {
     let base = provider.base_url().replace("http://", "https://");
     let err = send_with(settings(&base)).err();
     assert!(matches!(&err, Some(AuxError::Unreachable(_))), "{err:?}");
-    assert!(provider.requests().is_empty(), "no request was delivered");
+    assert!(provider.received().is_empty(), "no request was delivered");
 }
 
 #[test]

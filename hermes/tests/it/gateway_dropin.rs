@@ -215,7 +215,7 @@ fn a_decomposer_refused_by_the_config_bills_nothing() {
     );
     let code = gateway.stop().exit_code;
     assert_eq!(code, Some(0));
-    assert!(provider.requests().is_empty());
+    assert!(provider.received().is_empty());
 }
 
 /// Rows of `sql` (one integer column) in the board, read without writing.
