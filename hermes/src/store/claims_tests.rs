@@ -8,33 +8,16 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use rstest::rstest;
-use rusqlite::{params, Connection};
+use rusqlite::params;
 use serde_json::Value;
 
-use super::tests::scratch;
+use super::tests::{other_process, scratch, triage_card};
 use super::*;
 use crate::core::{Backoff, CardBudget, LedgerOutcome, UNREACHABLE_MIN_PAUSE};
 use crate::process;
 
 const MAX_ATTEMPTS: u32 = 3;
 const CLAIM_MS: i64 = 600_000;
-
-fn other_process(store: &Store) -> Connection {
-    let conn = Connection::open(store.path()).unwrap();
-    conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    conn
-}
-
-fn triage_card(store: &mut Store, title: &str) -> String {
-    store
-        .create_task(&NewTask {
-            title: title.into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id
-}
 
 fn policy(origin: Origin, now_ms: i64, max_attempts: u32, calls_per_hour: u32) -> BeginPolicy {
     BeginPolicy {
