@@ -115,6 +115,18 @@ impl Board {
         Store::open(&self.db).unwrap()
     }
 
+    /// Another triage card on the same board, for what the board-wide guards do to it.
+    fn another_card(&self, title: &str) -> String {
+        self.store()
+            .create_task(&NewTask {
+                title: title.into(),
+                triage: true,
+                ..NewTask::default()
+            })
+            .unwrap()
+            .id
+    }
+
     fn state(&self) -> DecomposeState {
         self.store().get(&self.card).unwrap().decompose.unwrap()
     }
@@ -756,15 +768,7 @@ fn the_hourly_ceiling_stops_a_retry_and_a_person_unless_forced() {
 
     // The hour is full: the next automatic attempt on another card is refused before it is
     // counted.
-    let second = board
-        .store()
-        .create_task(&NewTask {
-            title: "second".into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id;
+    let second = board.another_card("second");
     let stop = refused(&ctx, &second, Origin::Sweep);
     assert_eq!(
         stop.refusal,
@@ -1054,15 +1058,7 @@ fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
     assert_eq!((usage.totals.calls, usage.totals.unreachable), (0, 1));
 
     // The board waits: the next automatic attempt is refused before anything is counted.
-    let other = board
-        .store()
-        .create_task(&NewTask {
-            title: "another".into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id;
+    let other = board.another_card("another");
     let stop = refused(&ctx, &other, Origin::Sweep);
     assert!(
         matches!(&stop.refusal, BeginRefusal::Paused { reason, .. } if reason.contains("unreachable")),
@@ -1074,15 +1070,7 @@ fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
 #[test]
 fn a_refusal_recorded_meanwhile_stops_another_attempts_retry() {
     let board = Board::new("refused late");
-    let flaky = board
-        .store()
-        .create_task(&NewTask {
-            title: "flaky".into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id;
+    let flaky = board.another_card("flaky");
     let server = provider(status_only(500));
     server.reply(
         &board.card,
@@ -1127,15 +1115,7 @@ fn a_cooldown_of_1e16_seconds_pauses_for_good() {
     assert_eq!(outcome.fault().map(|f| f.until_ms), Some(i64::MAX));
     let pause = board.store().pause().unwrap();
     assert_eq!(pause.map(|p| p.until_ms), Some(i64::MAX));
-    let other = board
-        .store()
-        .create_task(&NewTask {
-            title: "waits".into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id;
+    let other = board.another_card("waits");
     let stop = refused(&ctx, &other, Origin::Gateway);
     assert!(
         matches!(stop.refusal, BeginRefusal::Paused { .. }),
