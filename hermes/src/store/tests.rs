@@ -16,7 +16,8 @@ pub(super) fn scratch() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
-fn card(title: &str) -> NewTask {
+/// A card with nothing but its title.
+pub(super) fn card(title: &str) -> NewTask {
     NewTask {
         title: title.into(),
         ..NewTask::default()
