@@ -10,13 +10,14 @@ use fixtures::aux_model::{AuxModel, Reply};
 use hermes::config::Config;
 use hermes::core::{Applied, AttemptOutcome, ProviderFault};
 use hermes::decompose::attempt::{
-    backoff, run_attempt, run_manual_attempt, AttemptContext, SHUTDOWN_ANSWER_WAIT,
+    backoff, run_attempt, run_manual_attempt, AttemptContext, AttemptError, SHUTDOWN_ANSWER_WAIT,
 };
 use hermes::store::{now_ms, BeginRefusal, DecomposeState, NewTask, Origin, Status, Store};
 use rstest::rstest;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use fixtures::wait::wait_until;
 
@@ -224,6 +225,22 @@ fn context(config: Config, board: &Board) -> AttemptContext {
 /// channel reads as a shutdown.
 fn running() -> (watch::Sender<bool>, watch::Receiver<bool>) {
     watch::channel(false)
+}
+
+/// The board card's automatic attempt, started on the runtime under `shutdown` and returned once
+/// its request has reached `server`: the test acts while that call is out.
+fn attempt_in_flight(
+    ctx: AttemptContext,
+    board: &Board,
+    server: &AuxModel,
+    shutdown: watch::Receiver<bool>,
+) -> JoinHandle<Result<AttemptOutcome, AttemptError>> {
+    let card = board.card.clone();
+    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
+    arrived("the request to reach the provider", || {
+        server.billed_for(&board.card) > 0
+    });
+    run
 }
 
 /// An attempt's outcome, flattened for assertions.
@@ -635,11 +652,7 @@ fn shutdown_aborts_the_request_in_flight_and_records_it() {
     let ctx = context(cfg, &board);
 
     let (stop, shutdown) = running();
-    let card = board.card.clone();
-    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
-    arrived("the request to reach the provider", || {
-        server.billed_for(&board.card) > 0
-    });
+    let run = attempt_in_flight(ctx, &board, &server, shutdown);
     // While the provider hangs, the row is there and still open.
     let open = board.ledger();
     assert_eq!(
@@ -706,11 +719,7 @@ fn an_answer_that_lands_while_shutting_down_is_recorded(#[case] landed: Landed) 
     let ctx = context(cfg, &board);
 
     let (stop, shutdown) = running();
-    let card = board.card.clone();
-    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
-    arrived("the request to reach the provider", || {
-        server.billed_for(&board.card) > 0
-    });
+    let run = attempt_in_flight(ctx, &board, &server, shutdown);
     let before = now_ms();
     stop.send(true).unwrap();
     let bound = SHUTDOWN_ANSWER_WAIT + Duration::from_secs(2);
@@ -883,11 +892,7 @@ fn a_card_that_left_triage_during_the_call_gets_no_rows() {
     let events_before = board.count("task_events");
 
     let (_keep, shutdown) = running();
-    let card = board.card.clone();
-    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
-    arrived("the request to reach the provider", || {
-        server.billed_for(&board.card) > 0
-    });
+    let run = attempt_in_flight(ctx, &board, &server, shutdown);
     // The card leaves triage while the provider is "thinking", as a person might move it.
     let conn = Connection::open(&board.db).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
