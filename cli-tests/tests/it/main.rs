@@ -202,6 +202,17 @@ pub fn decompose_all(board: &Board) -> Decomposition {
     decompose(board, &["--all"])
 }
 
+/// The findings of a decompose of `card` whose reply was a two-child graph: the run says ok and
+/// the card has its two children. The caller names the verdict, since each test applies the
+/// reply under its own arrangement.
+pub fn applied_with_two_children(board: &Board, card: &str, run: &Decomposition) -> Findings {
+    Findings::new().equal("ok", &run.ok(), &Some(true)).equal(
+        "children",
+        &board.rows().children_of(card).len(),
+        &2,
+    )
+}
+
 /// Parses each non-blank stdout line as one JSON value.
 ///
 /// # Panics

@@ -14,7 +14,7 @@ use fixtures::prelude::*;
 use fixtures::relay::Relay;
 use rstest::rstest;
 
-use crate::{decompose_all, decompose_card, Decomposition};
+use crate::{applied_with_two_children, decompose_all, decompose_card, Decomposition};
 
 /// A base URL on a local port nothing listens on, and where no other test's fake provider can
 /// start listening meanwhile (see `fixtures::closed_port`).
@@ -237,13 +237,7 @@ fn a_host_that_answers_the_connection_a_second_late_is_reached() {
     .note(|| board.setting(Setting::CallTimeout))
     .context(|| run.output.to_string())
     .gap(GapKind::NotOneRequest);
-    let mut findings = Findings::new();
-    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
-        "children",
-        &board.rows().children_of(&card).len(),
-        &2,
-    );
-    findings
+    applied_with_two_children(&board, &card, &run)
         .verdict("the decompose through a host slow to answer is applied")
         .context(|| format!("{}\n{}", run.output, board.diag(&card)))
         .gap(GapKind::ReplyNotApplied);
