@@ -171,6 +171,16 @@ pub fn decompose_forced(board: &Board, id: &str) -> Decomposition {
     }
 }
 
+/// Replies to `card` with a two-child graph, its first call held by `gate` and any later one
+/// answered at once: a target that calls about the held card again shows it instead of waiting
+/// on itself.
+pub fn first_graph_gated(aux: &AuxModel, card: &str, gate: &Gate) {
+    aux.reply_in_turn(
+        card,
+        vec![Reply::graph(2, &[]).gated(gate), Reply::graph(2, &[])],
+    );
+}
+
 /// `kanban decompose --all --json`.
 /// Runs `kanban decompose ID` of `card` on a thread of its own and, once its request has reached
 /// the provider (or the wait for it timed out: `during` is told which), runs `during` while that
