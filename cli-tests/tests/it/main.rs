@@ -377,6 +377,15 @@ pub fn raw_controls(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// `items` one to a line: the transcript a verdict over several CLI runs carries as context.
+pub fn one_per_line<T: std::fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Notes every raw control character in the stdout and stderr of `output`.
 pub fn no_raw_controls(mut findings: Findings, output: &CliOutput) -> Findings {
     for (stream, text) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
