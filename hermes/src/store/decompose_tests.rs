@@ -12,7 +12,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection};
 use serde_json::{json, Value};
 
-use super::tests::{kinds, other_process, scratch, triage_card};
+use super::tests::{kinds, ledger_of_attempt, other_process, scratch, triage_card};
 use super::*;
 use crate::core::{CardBudget, ChildSpec, LedgerOutcome, Plan};
 
@@ -111,22 +111,6 @@ fn dump(store: &Store) -> Vec<String> {
 
 fn ledger(store: &mut Store, task_id: &str, started_at_ms: i64) -> i64 {
     ledger_of_attempt(store, task_id, 1, started_at_ms)
-}
-
-fn ledger_of_attempt(store: &mut Store, task_id: &str, attempt: u32, started_at_ms: i64) -> i64 {
-    store
-        .ledger_open(&LedgerOpen {
-            fence: None,
-            model: None,
-            task_id: task_id.into(),
-            origin: Origin::Gateway,
-            attempt,
-            try_no: 1,
-            started_at_ms,
-            guards: None,
-        })
-        .unwrap()
-        .unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------

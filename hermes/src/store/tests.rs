@@ -65,6 +65,28 @@ pub(super) fn triage_card(store: &mut Store, title: &str) -> String {
         .id
 }
 
+/// Opens the ledger row of a gateway attempt's first try, unguarded.
+pub(super) fn ledger_of_attempt(
+    store: &mut Store,
+    task_id: &str,
+    attempt: u32,
+    started_at_ms: i64,
+) -> i64 {
+    store
+        .ledger_open(&LedgerOpen {
+            fence: None,
+            model: None,
+            task_id: task_id.into(),
+            origin: Origin::Gateway,
+            attempt,
+            try_no: 1,
+            started_at_ms,
+            guards: None,
+        })
+        .unwrap()
+        .unwrap()
+}
+
 /// The kinds of a card's events, oldest first.
 pub(super) fn kinds(store: &Store, id: &str) -> Vec<String> {
     store
