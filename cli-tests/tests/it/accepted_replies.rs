@@ -7,7 +7,7 @@ use fixtures::snapshot::BoardRows;
 use rstest::rstest;
 use serde_json::{json, Value};
 
-use crate::{decompose_card, Decomposition};
+use crate::{applied_with_two_children, decompose_card, Decomposition};
 
 /// The children the one `decomposed` event of `root` lists, in reply order (empty, with a
 /// finding, when there is not exactly one such event).
@@ -293,13 +293,7 @@ fn a_stream_ended_by_a_bare_final_done_is_applied(board: Board) {
     let run = decompose_card(&board, &root);
 
     judge_one_good_request(&board, &root, &run);
-    let mut findings = Findings::new();
-    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
-        "children",
-        &board.rows().children_of(&root).len(),
-        &2,
-    );
-    findings
+    applied_with_two_children(&board, &root, &run)
         .verdict("a stream ended by a bare final [DONE] is applied")
         .context(|| format!("{}\n{}", run.output, board.diag(&root)))
         .gap(GapKind::ReplyNotApplied);

@@ -7,7 +7,8 @@ use regex::Regex;
 use rstest::rstest;
 
 use crate::{
-    assert_no_crash, decompose_all, judge_exit_code_provided, while_decompose_is_out, Decomposition,
+    assert_no_crash, decompose_all, first_graph_gated, judge_exit_code_provided,
+    while_decompose_is_out, Decomposition,
 };
 
 /// Sweeps started at once.
@@ -27,10 +28,7 @@ fn parallel_sweeps_bill_each_card_once(#[with(Config::plain().backoff(0.0))] boa
     // card again shows it instead of waiting on itself.
     let gate = Gate::new();
     for card in &cards {
-        aux.reply_in_turn(
-            card,
-            vec![Reply::graph(2, &[]).gated(&gate), Reply::graph(2, &[])],
-        );
+        first_graph_gated(aux, card, &gate);
     }
 
     let (sweeps, all_looked) = std::thread::scope(|scope| {
@@ -132,10 +130,7 @@ fn a_card_in_flight_is_refused_to_a_second_decompose(board: Board) {
     // long the target takes to start them; any later call is answered at once, so a target with
     // no claim shows it instead of waiting on itself.
     let gate = Gate::new();
-    aux.reply_in_turn(
-        &card,
-        vec![Reply::graph(2, &[]).gated(&gate), Reply::graph(2, &[])],
-    );
+    first_graph_gated(aux, &card, &gate);
 
     let (first, (arrived, second, sweep)) =
         while_decompose_is_out(&board, &card, &gate, |arrived| {

@@ -171,6 +171,16 @@ pub fn decompose_forced(board: &Board, id: &str) -> Decomposition {
     }
 }
 
+/// Replies to `card` with a two-child graph, its first call held by `gate` and any later one
+/// answered at once: a target that calls about the held card again shows it instead of waiting
+/// on itself.
+pub fn first_graph_gated(aux: &AuxModel, card: &str, gate: &Gate) {
+    aux.reply_in_turn(
+        card,
+        vec![Reply::graph(2, &[]).gated(gate), Reply::graph(2, &[])],
+    );
+}
+
 /// `kanban decompose --all --json`.
 /// Runs `kanban decompose ID` of `card` on a thread of its own and, once its request has reached
 /// the provider (or the wait for it timed out: `during` is told which), runs `during` while that
@@ -200,6 +210,17 @@ pub fn while_decompose_is_out<T>(
 
 pub fn decompose_all(board: &Board) -> Decomposition {
     decompose(board, &["--all"])
+}
+
+/// The findings of a decompose of `card` whose reply was a two-child graph: the run says ok and
+/// the card has its two children. The caller names the verdict, since each test applies the
+/// reply under its own arrangement.
+pub fn applied_with_two_children(board: &Board, card: &str, run: &Decomposition) -> Findings {
+    Findings::new().equal("ok", &run.ok(), &Some(true)).equal(
+        "children",
+        &board.rows().children_of(card).len(),
+        &2,
+    )
 }
 
 /// Parses each non-blank stdout line as one JSON value.
@@ -354,6 +375,15 @@ pub fn raw_controls(text: &str) -> Vec<String> {
         })
         .map(|(at, c)| format!("{:?} at byte {at}", c))
         .collect()
+}
+
+/// `items` one to a line: the transcript a verdict over several CLI runs carries as context.
+pub fn one_per_line<T: std::fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Notes every raw control character in the stdout and stderr of `output`.

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use fixtures::prelude::*;
 use fixtures::relay::Relay;
+use fixtures::verdict::Verdict;
 use rstest::rstest;
 
-use crate::{decompose_all, decompose_card, Decomposition};
+use crate::{applied_with_two_children, decompose_all, decompose_card, Decomposition};
 
 /// A base URL on a local port nothing listens on, and where no other test's fake provider can
 /// start listening meanwhile (see `fixtures::closed_port`).
@@ -52,13 +53,9 @@ fn provider_back_after_an_outage_decomposes_the_card_with_one_bill() {
     let swept_down = decompose_all(&board);
     let tried_down = decompose_card(&board, &card);
     board.reconfigure(one_attempt());
-    let mut after: Vec<Decomposition> = Vec::new();
-    let back = try_wait_until(
-        || {
-            after.push(decompose_all(&board));
-            board.rows().decomposition_visible(&card)
-        },
-        back_timeout(board.target()),
+    let (back, after) = sweep_until_decomposed(
+        &board,
+        &card,
         "a sweep to decompose the card once the provider is back",
     );
 
@@ -77,17 +74,14 @@ fn provider_back_after_an_outage_decomposes_the_card_with_one_bill() {
             sweeps.join("\n")
         )
     };
-    let mut bills = bound(
+    one_bill_once_back(
         "bills for the card once the provider is back",
-        aux.billed_for(&card),
+        &board,
+        &card,
+        &back,
+        transcript,
     )
-    .exactly(1)
-    .note(|| board.setting(Setting::MaxAttempts))
-    .context(|| format!("{}\n{}", transcript(), board.diag(&card)));
-    if let Err(timeout) = &back {
-        bills = bills.interrupted_by(timeout);
-    }
-    bills.gap(GapKind::PauseNeverEnded);
+    .gap(GapKind::PauseNeverEnded);
     Findings::new()
         .equal("children", &board.rows().children_of(&card).len(), &2)
         .that(
@@ -107,6 +101,46 @@ fn provider_back_after_an_outage_decomposes_the_card_with_one_bill() {
     )
     .context(|| tried_down.output.to_string())
     .gap(GapKind::UnclearRefusal);
+}
+
+/// Sweeps until one has decomposed `card` or [`back_timeout`] runs out (`awaited` names what the
+/// wait was for), and returns that beside every sweep made: a target may need a few to get past
+/// the pause the outage left.
+fn sweep_until_decomposed(
+    board: &Board,
+    card: &str,
+    awaited: &str,
+) -> (Result<(), WaitTimeout>, Vec<Decomposition>) {
+    let mut after: Vec<Decomposition> = Vec::new();
+    let back = try_wait_until(
+        || {
+            after.push(decompose_all(board));
+            board.rows().decomposition_visible(card)
+        },
+        back_timeout(board.target()),
+        awaited,
+    );
+    (back, after)
+}
+
+/// The bills for `card` once its provider answers again (`what`): exactly one, as an outage that
+/// charged the card would have parked it. A wait that ran out interrupts the verdict rather
+/// than failing it.
+fn one_bill_once_back<'a>(
+    what: &str,
+    board: &'a Board,
+    card: &'a str,
+    back: &Result<(), WaitTimeout>,
+    transcript: impl Fn() -> String + 'a,
+) -> Verdict<'a> {
+    let bills = bound(what, board.aux().billed_for(card))
+        .exactly(1)
+        .note(|| board.setting(Setting::MaxAttempts))
+        .context(move || format!("{}\n{}", transcript(), board.diag(card)));
+    match back {
+        Err(timeout) => bills.interrupted_by(timeout),
+        Ok(()) => bills,
+    }
 }
 
 /// The bound on one decompose call against a host that never answers the connection: short, so
@@ -159,13 +193,9 @@ fn a_host_that_never_answers_the_connection_is_unreachable_and_costs_nothing() {
         .reads(Setting::MaxAttempts)
         .then(|| board.rows().attempts(&card));
     silent.accept();
-    let mut after: Vec<Decomposition> = Vec::new();
-    let back = try_wait_until(
-        || {
-            after.push(decompose_all(&board));
-            board.rows().decomposition_visible(&card)
-        },
-        back_timeout(board.target()),
+    let (back, after) = sweep_until_decomposed(
+        &board,
+        &card,
         "a sweep to decompose the card once the host answers",
     );
 
@@ -200,17 +230,14 @@ fn a_host_that_never_answers_the_connection_is_unreachable_and_costs_nothing() {
         .context(|| format!("{swept_down}\n{}", board.diag(&card)))
         .gap(GapKind::UnreachableCharged);
     }
-    let mut bills = bound(
+    one_bill_once_back(
         "bills for the card once the host answers",
-        aux.billed_for(&card),
+        &board,
+        &card,
+        &back,
+        transcript,
     )
-    .exactly(1)
-    .note(|| board.setting(Setting::MaxAttempts))
-    .context(|| format!("{}\n{}", transcript(), board.diag(&card)));
-    if let Err(timeout) = &back {
-        bills = bills.interrupted_by(timeout);
-    }
-    bills.gap(GapKind::UnreachableCharged);
+    .gap(GapKind::UnreachableCharged);
 }
 
 /// A call bound whose connect share (half of it, on the reference) outlasts the second try of a
@@ -237,13 +264,7 @@ fn a_host_that_answers_the_connection_a_second_late_is_reached() {
     .note(|| board.setting(Setting::CallTimeout))
     .context(|| run.output.to_string())
     .gap(GapKind::NotOneRequest);
-    let mut findings = Findings::new();
-    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
-        "children",
-        &board.rows().children_of(&card).len(),
-        &2,
-    );
-    findings
+    applied_with_two_children(&board, &card, &run)
         .verdict("the decompose through a host slow to answer is applied")
         .context(|| format!("{}\n{}", run.output, board.diag(&card)))
         .gap(GapKind::ReplyNotApplied);

@@ -38,6 +38,24 @@ fn answered(aux: &AuxModel, card: &str) -> Option<Instant> {
 /// How long after the short pause's end the sweep runs, so that it is over by any clock.
 const PAST_THE_END: Duration = Duration::from_millis(200);
 
+/// The fresh card the sweep after the refusals finds: one the provider would split if it were
+/// called, so a bill for it is the pause not holding.
+fn card_waiting_out_the_pause(board: &Board) -> String {
+    let waiting = board.create("an idea waiting out the pause", &["--triage"]);
+    board.aux().reply(&waiting, Reply::graph(2, &[]));
+    waiting
+}
+
+/// The verdict before the sweep's: a person's decompose among the refusals sent one request
+/// (`requests`), so exactly one refusal came of it for the sweep to heed.
+fn one_request_by_hand<'a>(
+    what: &str,
+    requests: usize,
+    transcript: impl FnOnce() -> String + 'a,
+) -> Verdict<'a> {
+    bound(what, requests).exactly(1).context(transcript)
+}
+
 /// The verdict every test here ends on: the sweep after the refusals billed nothing (`bills`),
 /// since the pause that should be in force held it back; `waiting` is the fresh card it found.
 fn sweep_billed_nothing<'a>(
@@ -72,8 +90,7 @@ fn a_shorter_refusal_during_a_pause_never_shortens_it(
     );
     let manual = decompose_forced(&board, &by_hand);
     let manual_requests = aux.billed_for(&by_hand);
-    let waiting = board.create("an idea waiting out the pause", &["--triage"]);
-    aux.reply(&waiting, Reply::graph(2, &[]));
+    let waiting = card_waiting_out_the_pause(&board);
     let before_the_sweep = aux.bills();
 
     let sweep = decompose_all(&board);
@@ -88,12 +105,11 @@ fn a_shorter_refusal_during_a_pause_never_shortens_it(
         }
     };
     let transcript = || format!("{}\n{}\n{}", pausing.output, manual.output, sweep.output);
-    bound(
+    one_request_by_hand(
         "requests of a decompose by hand during the pause",
         manual_requests,
+        transcript,
     )
-    .exactly(1)
-    .context(transcript)
     .gap(GapKind::NotOneRequest);
     sweep_billed_nothing(
         &board,
@@ -127,8 +143,7 @@ fn a_longer_refusal_during_a_pause_extends_it(
     aux.reply(&by_hand, Reply::http_error(402, "payment required"));
     let manual = decompose_forced(&board, &by_hand);
     let manual_requests = aux.billed_for(&by_hand);
-    let waiting = board.create("an idea waiting out the pause", &["--triage"]);
-    aux.reply(&waiting, Reply::graph(2, &[]));
+    let waiting = card_waiting_out_the_pause(&board);
     // What is awaited is the clock passing the 429's end, so this sleeps until that moment.
     let short_pause_over = short_pause_ends.unwrap_or_else(Instant::now) + PAST_THE_END;
     std::thread::sleep(short_pause_over.saturating_duration_since(Instant::now()));
@@ -151,12 +166,11 @@ fn a_longer_refusal_during_a_pause_extends_it(
     let sweep = decompose_all(&board);
 
     let transcript = || format!("{}\n{}\n{}", pausing.output, manual.output, sweep.output);
-    bound(
+    one_request_by_hand(
         "requests of a decompose by hand during the pause",
         manual_requests,
+        transcript,
     )
-    .exactly(1)
-    .context(transcript)
     .gap(GapKind::NotOneRequest);
     sweep_billed_nothing(
         &board,
@@ -231,17 +245,18 @@ fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
     }
     .map_err(|seen| format!("no refusal landed after an earlier pause ended: {seen}"));
     let manual_requests = aux.billed_for(&slow);
-    let waiting = board.create("an idea waiting out the pause", &["--triage"]);
-    aux.reply(&waiting, Reply::graph(2, &[]));
+    let waiting = card_waiting_out_the_pause(&board);
     let before_the_sweep = aux.bills();
 
     let sweep = decompose_all(&board);
 
     let transcript = || format!("{}\n{}\n{}", manual.output, pausing.output, sweep.output);
-    bound("requests of the slow decompose by hand", manual_requests)
-        .exactly(1)
-        .context(transcript)
-        .gap(GapKind::NotOneRequest);
+    one_request_by_hand(
+        "requests of the slow decompose by hand",
+        manual_requests,
+        transcript,
+    )
+    .gap(GapKind::NotOneRequest);
     sweep_billed_nothing(
         &board,
         "bills of a sweep after a refusal that landed once the first pause ended",

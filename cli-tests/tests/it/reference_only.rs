@@ -35,7 +35,10 @@ use rstest::rstest;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::{decompose_all, decompose_card, graph_not_applied, Decomposition};
+use crate::{
+    applied_with_two_children, decompose_all, decompose_card, first_graph_gated, graph_not_applied,
+    Decomposition,
+};
 
 /// The rows of a scenario plus the card's attempt record and ledger, one redaction for all.
 #[derive(Serialize)]
@@ -242,13 +245,7 @@ fn opted_out_card_is_left_to_people(board: Board) {
     .exactly(1)
     .context(|| run.output.to_string())
     .gap(GapKind::NotOneRequest);
-    let mut findings = Findings::new();
-    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
-        "children",
-        &board.rows().children_of(&opted_out).len(),
-        &2,
-    );
-    findings
+    applied_with_two_children(&board, &opted_out, &run)
         .verdict("a person's decompose of an opted-out card is applied")
         .context(|| board.diag(&opted_out))
         .gap(GapKind::ReplyNotApplied);
@@ -510,10 +507,7 @@ fn a_claim_from_another_host_holds_the_card_for_its_attempts_span(board: Board) 
     // however long they take; a second call is answered at once, so a target that bills the
     // claimed card shows it instead of waiting on itself.
     let gate = Gate::new();
-    aux.reply_in_turn(
-        &card,
-        vec![Reply::graph(2, &[]).gated(&gate), Reply::graph(2, &[])],
-    );
+    first_graph_gated(aux, &card, &gate);
 
     let (first, (second, arrived, shown, span)) =
         crate::while_decompose_is_out(&board, &card, &gate, |arrived| {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::decompose_card;
+use crate::{applied_with_two_children, decompose_card};
 
 /// The least wait before each retry, in order.
 const LEAST_WAITS: [Duration; 2] = [Duration::from_millis(250), Duration::from_millis(500)];
@@ -69,13 +69,7 @@ fn tries_after_server_errors_are_spaced_and_the_third_succeeds(
         .note(|| millis(&gaps))
         .note(|| short.join("; "))
         .gap(GapKind::RetriesNotSpaced);
-    let mut findings = Findings::new();
-    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
-        "children",
-        &board.rows().children_of(&card).len(),
-        &2,
-    );
-    findings
+    applied_with_two_children(&board, &card, &run)
         .verdict("the try that succeeds is applied")
         .context(|| format!("{}\n{}", run.output, board.diag(&card)))
         .gap(GapKind::ReplyNotApplied);

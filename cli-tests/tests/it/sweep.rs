@@ -6,7 +6,7 @@ use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
 use rstest::rstest;
 
-use crate::{decompose_all, decompose_card};
+use crate::{applied_with_two_children, decompose_all, decompose_card};
 
 #[rstest]
 fn sweep_leaves_human_holds_alone(board: Board) {
@@ -87,13 +87,7 @@ fn explicit_decompose_of_a_hold_makes_one_request(#[case] hold: Hold, board: Boa
         .exactly(1)
         .context(|| run.output.to_string())
         .gap(GapKind::NotOneRequest);
-    let mut findings = Findings::new();
-    findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
-        "children",
-        &board.rows().children_of(&card).len(),
-        &2,
-    );
-    findings
+    applied_with_two_children(&board, &card, &run)
         .verdict("a person's decompose of a hold is applied")
         .context(|| format!("{}\n{}", run.output, board.diag(&card)))
         .gap(GapKind::ReplyNotApplied);

@@ -7,7 +7,7 @@ use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 
-use crate::{no_raw_controls, HOSTILE};
+use crate::{no_raw_controls, one_per_line, HOSTILE};
 
 #[rstest]
 fn a_cards_text_full_of_escape_sequences_reaches_no_terminal_raw(board: Board) {
@@ -34,13 +34,7 @@ fn a_cards_text_full_of_escape_sequences_reaches_no_terminal_raw(board: Board) {
     }
     findings
         .verdict("no control character of a card's text reaches stdout or stderr raw")
-        .context(|| {
-            outputs
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
+        .context(|| one_per_line(&outputs))
         .gap(GapKind::RawControlOutput);
     let shown: Value = serde_json::from_str(&outputs[1].stdout).unwrap_or(Value::Null);
     let listed: Value = serde_json::from_str(&outputs[3].stdout).unwrap_or(Value::Null);

@@ -8,33 +8,16 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use rstest::rstest;
-use rusqlite::{params, Connection};
+use rusqlite::params;
 use serde_json::Value;
 
-use super::tests::scratch;
+use super::tests::{ledger_of_attempt, other_process, scratch, triage_card};
 use super::*;
 use crate::core::{Backoff, CardBudget, LedgerOutcome, UNREACHABLE_MIN_PAUSE};
 use crate::process;
 
 const MAX_ATTEMPTS: u32 = 3;
 const CLAIM_MS: i64 = 600_000;
-
-fn other_process(store: &Store) -> Connection {
-    let conn = Connection::open(store.path()).unwrap();
-    conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    conn
-}
-
-fn triage_card(store: &mut Store, title: &str) -> String {
-    store
-        .create_task(&NewTask {
-            title: title.into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id
-}
 
 fn policy(origin: Origin, now_ms: i64, max_attempts: u32, calls_per_hour: u32) -> BeginPolicy {
     BeginPolicy {
@@ -56,22 +39,6 @@ fn begin(
 ) -> Result<AttemptTicket, BeginRefusal> {
     store
         .begin_attempt(id, &policy(origin, now, MAX_ATTEMPTS, 100))
-        .unwrap()
-}
-
-fn open_row(store: &mut Store, task_id: &str, attempt: u32, at: i64) -> i64 {
-    store
-        .ledger_open(&LedgerOpen {
-            fence: None,
-            model: None,
-            task_id: task_id.into(),
-            origin: Origin::Gateway,
-            attempt,
-            try_no: 1,
-            started_at_ms: at,
-            guards: None,
-        })
-        .unwrap()
         .unwrap()
 }
 
@@ -301,7 +268,7 @@ fn a_dead_holders_attempt_is_closed_when_the_card_is_next_begun() {
     let now = now_ms();
     begin(&mut store, &sent, Origin::Gateway, now).unwrap();
     begin(&mut store, &unsent, Origin::Gateway, now).unwrap();
-    open_row(&mut store, &sent, 1, now);
+    ledger_of_attempt(&mut store, &sent, 1, now);
     let dead = process::dead_token();
     hand_claim_to(&store, &sent, &dead, now + CLAIM_MS);
     hand_claim_to(&store, &unsent, &dead, now + CLAIM_MS);
@@ -338,7 +305,7 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
     let last = triage_card(&mut store, "killed on its last attempt");
     let now = now_ms();
     begin(&mut store, &killed, Origin::Gateway, now).unwrap();
-    open_row(&mut store, &killed, 1, now);
+    ledger_of_attempt(&mut store, &killed, 1, now);
     other_process(&store)
         .execute(
             "UPDATE hermes_decompose_state SET attempts = ?2 WHERE task_id = ?1",
@@ -346,9 +313,9 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
         )
         .unwrap();
     begin(&mut store, &last, Origin::Gateway, now).unwrap();
-    open_row(&mut store, &last, MAX_ATTEMPTS, now);
+    ledger_of_attempt(&mut store, &last, MAX_ATTEMPTS, now);
     // An older build's crash: a row in flight and no claim at all.
-    open_row(&mut store, "t_0000dead", 1, now);
+    ledger_of_attempt(&mut store, "t_0000dead", 1, now);
     let dead = process::dead_token();
     hand_claim_to(&store, &killed, &dead, now + CLAIM_MS);
     hand_claim_to(&store, &last, &dead, now + CLAIM_MS);
@@ -420,7 +387,7 @@ fn this_processs_own_claims_are_left_alone_while_their_attempts_run() {
     let now = now_ms();
     begin(&mut store, &running, Origin::Gateway, now).unwrap();
     begin(&mut store, &lost, Origin::Gateway, now).unwrap();
-    open_row(&mut store, &lost, 1, now);
+    ledger_of_attempt(&mut store, &lost, 1, now);
     let ours: HashSet<String> = [running.clone()].into();
     let recovered = store
         .recover_abandoned(
@@ -442,7 +409,7 @@ fn this_processs_own_claims_are_left_alone_while_their_attempts_run() {
 
 fn unreachable(store: &mut Store, id: &str, at: i64) -> crate::core::UnreachablePause {
     let ticket = begin(store, id, Origin::Gateway, at).unwrap();
-    let row = open_row(store, id, ticket.attempt, at);
+    let row = ledger_of_attempt(store, id, ticket.attempt, at);
     close_row(store, row, LedgerOutcome::Unreachable, at);
     store
         .record_nothing_sent(
@@ -499,7 +466,7 @@ fn an_unreachable_provider_costs_no_budget_and_pauses_the_board_longer_each_time
 
     // A request that reaches the provider ends the streak.
     let ticket = begin(&mut store, &id, Origin::Manual, now + 7_000).unwrap();
-    let row = open_row(&mut store, &id, ticket.attempt, now + 7_000);
+    let row = ledger_of_attempt(&mut store, &id, ticket.attempt, now + 7_000);
     close_row(&mut store, row, LedgerOutcome::ServerError, now + 7_000);
     store
         .record_failure(

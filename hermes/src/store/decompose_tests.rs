@@ -12,7 +12,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection};
 use serde_json::{json, Value};
 
-use super::tests::{kinds, scratch};
+use super::tests::{kinds, ledger_of_attempt, other_process, scratch, triage_card};
 use super::*;
 use crate::core::{CardBudget, ChildSpec, LedgerOutcome, Plan};
 
@@ -27,24 +27,6 @@ const CLAIM_MS: i64 = 600_000;
 
 fn test_backoff() -> crate::core::Backoff {
     crate::core::Backoff::new(Duration::from_millis(PROVISIONAL_STEP_MS as u64))
-}
-
-/// A second connection to the board file: another process, as far as SQLite is concerned.
-fn other_process(store: &Store) -> Connection {
-    let conn = Connection::open(store.path()).unwrap();
-    conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    conn
-}
-
-fn triage_card(store: &mut Store, title: &str) -> String {
-    store
-        .create_task(&NewTask {
-            title: title.into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id
 }
 
 fn policy(origin: Origin, now_ms: i64) -> BeginPolicy {
@@ -129,22 +111,6 @@ fn dump(store: &Store) -> Vec<String> {
 
 fn ledger(store: &mut Store, task_id: &str, started_at_ms: i64) -> i64 {
     ledger_of_attempt(store, task_id, 1, started_at_ms)
-}
-
-fn ledger_of_attempt(store: &mut Store, task_id: &str, attempt: u32, started_at_ms: i64) -> i64 {
-    store
-        .ledger_open(&LedgerOpen {
-            fence: None,
-            model: None,
-            task_id: task_id.into(),
-            origin: Origin::Gateway,
-            attempt,
-            try_no: 1,
-            started_at_ms,
-            guards: None,
-        })
-        .unwrap()
-        .unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -403,32 +403,13 @@ fn calls(conn: &Connection, filter: &CallFilter) -> Result<Vec<LedgerCall>, Stor
 mod tests {
     use super::*;
     use crate::core::LedgerOutcome;
-    use crate::store::{LedgerClose, LedgerOpen, NewTask, Origin};
+    use crate::store::tests::{card, kinds, triage_card};
+    use crate::store::{LedgerClose, LedgerOpen, Origin};
 
     fn board() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("kanban.db")).unwrap();
         (dir, store)
-    }
-
-    fn triage(store: &mut Store, title: &str) -> String {
-        store
-            .create_task(&NewTask {
-                title: title.to_owned(),
-                triage: true,
-                ..NewTask::default()
-            })
-            .unwrap()
-            .id
-    }
-
-    fn kinds(store: &Store, id: &str) -> Vec<String> {
-        store
-            .events_of(id)
-            .unwrap()
-            .into_iter()
-            .map(|e| e.kind)
-            .collect()
     }
 
     fn set_state(store: &Store, id: &str, attempts: u32, parked: bool) {
@@ -445,7 +426,7 @@ mod tests {
     #[test]
     fn unpark_resets_the_budget_and_makes_the_card_due_now() {
         let (_dir, mut store) = board();
-        let id = triage(&mut store, "poison");
+        let id = triage_card(&mut store, "poison");
         set_state(&store, &id, 3, true);
         let done = store
             .unpark(&id, CardBudget::new(3), 1_000_000, "alice")
@@ -482,15 +463,9 @@ mod tests {
     #[test]
     fn unpark_refuses_what_is_not_parked_and_writes_nothing() {
         let (_dir, mut store) = board();
-        let fresh = triage(&mut store, "fresh");
+        let fresh = triage_card(&mut store, "fresh");
         set_state(&store, &fresh, 1, false);
-        let ready = store
-            .create_task(&NewTask {
-                title: "ready".to_owned(),
-                ..NewTask::default()
-            })
-            .unwrap()
-            .id;
+        let ready = store.create_task(&card("ready")).unwrap().id;
         let before_fresh = kinds(&store, &fresh);
         assert_eq!(
             store.unpark(&fresh, CardBudget::new(3), 1, "a").unwrap(),
@@ -521,7 +496,7 @@ mod tests {
     #[test]
     fn an_opted_out_card_is_unparked_but_stays_unscheduled() {
         let (_dir, mut store) = board();
-        let id = triage(&mut store, "held");
+        let id = triage_card(&mut store, "held");
         set_state(&store, &id, 3, true);
         store.set_auto_decompose(&id, false, 1, "a").unwrap();
         let done = store
@@ -585,7 +560,7 @@ mod tests {
     #[test]
     fn switching_auto_decompose_off_and_on() {
         let (_dir, mut store) = board();
-        let id = triage(&mut store, "card");
+        let id = triage_card(&mut store, "card");
         let due = store.get(&id).unwrap().decompose.unwrap().due_at_ms;
         let off = store.set_auto_decompose(&id, false, 50, "a").unwrap();
         assert!(off.changed && !off.enabled);
@@ -617,13 +592,7 @@ mod tests {
         let on = store.set_auto_decompose(&id, true, 90, "a").unwrap();
         assert_eq!(on.next_attempt_at_ms, None);
         // A card that is not in triage keeps no schedule either way.
-        let ready = store
-            .create_task(&NewTask {
-                title: "ready".to_owned(),
-                ..NewTask::default()
-            })
-            .unwrap()
-            .id;
+        let ready = store.create_task(&card("ready")).unwrap().id;
         let off = store.set_auto_decompose(&ready, false, 1, "a").unwrap();
         assert!(off.changed);
         let on = store.set_auto_decompose(&ready, true, 2, "a").unwrap();
@@ -637,8 +606,8 @@ mod tests {
     #[test]
     fn calls_are_listed_oldest_first_and_filtered() {
         let (_dir, mut store) = board();
-        let a = triage(&mut store, "a");
-        let b = triage(&mut store, "b");
+        let a = triage_card(&mut store, "a");
+        let b = triage_card(&mut store, "b");
         for (card, at, outcome) in [
             (&a, 100, LedgerOutcome::Ok),
             (&b, 200, LedgerOutcome::ServerError),

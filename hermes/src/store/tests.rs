@@ -16,7 +16,8 @@ pub(super) fn scratch() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
-fn card(title: &str) -> NewTask {
+/// A card with nothing but its title.
+pub(super) fn card(title: &str) -> NewTask {
     NewTask {
         title: title.into(),
         ..NewTask::default()
@@ -31,8 +32,59 @@ fn child_of(title: &str, parent: &str) -> NewTask {
     }
 }
 
+/// The ids a listing returns, in its order.
+fn listed(store: &Store, filter: &ListFilter) -> Vec<String> {
+    store
+        .list(filter)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect()
+}
+
 fn count(conn: &Connection, sql: &str) -> i64 {
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// A second connection to the board file: another process, as far as SQLite is concerned.
+pub(super) fn other_process(store: &Store) -> Connection {
+    let conn = Connection::open(store.path()).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn
+}
+
+/// A card that waits for the decomposer.
+pub(super) fn triage_card(store: &mut Store, title: &str) -> String {
+    store
+        .create_task(&NewTask {
+            title: title.into(),
+            triage: true,
+            ..NewTask::default()
+        })
+        .unwrap()
+        .id
+}
+
+/// Opens the ledger row of a gateway attempt's first try, unguarded.
+pub(super) fn ledger_of_attempt(
+    store: &mut Store,
+    task_id: &str,
+    attempt: u32,
+    started_at_ms: i64,
+) -> i64 {
+    store
+        .ledger_open(&LedgerOpen {
+            fence: None,
+            model: None,
+            task_id: task_id.into(),
+            origin: Origin::Gateway,
+            attempt,
+            try_no: 1,
+            started_at_ms,
+            guards: None,
+        })
+        .unwrap()
+        .unwrap()
 }
 
 /// The kinds of a card's events, oldest first.
@@ -228,26 +280,23 @@ fn create_get_and_list() {
         matches!(store.get("t_00000000"), Err(StoreError::NoSuchTask(id)) if id == "t_00000000")
     );
 
-    let all: Vec<String> = store
-        .list(&ListFilter::default())
-        .unwrap()
-        .into_iter()
-        .map(|t| t.id)
-        .collect();
+    let all = listed(&store, &ListFilter::default());
     assert_eq!(all, vec![a.id.clone(), b.id.clone()]);
-    let alice = store
-        .list(&ListFilter {
+    let alice = listed(
+        &store,
+        &ListFilter {
             assignee: Some("ALICE".into()),
             ..ListFilter::default()
-        })
-        .unwrap();
+        },
+    );
     assert_eq!(alice.len(), 1);
-    let triage = store
-        .list(&ListFilter {
+    let triage = listed(
+        &store,
+        &ListFilter {
             status: Some(Status::Triage),
             ..ListFilter::default()
-        })
-        .unwrap();
+        },
+    );
     assert!(triage.is_empty());
 }
 
@@ -481,26 +530,23 @@ fn archive_is_all_or_nothing_and_promotes_freed_children() {
     assert_eq!(again.already_archived, vec![parent.id.clone()]);
     assert_eq!(kinds(&store, &parent.id), ["created", "archived"]);
 
-    let visible: Vec<String> = store
-        .list(&ListFilter::default())
-        .unwrap()
-        .into_iter()
-        .map(|t| t.id)
-        .collect();
+    let visible = listed(&store, &ListFilter::default());
     assert_eq!(visible, vec![child.id.clone()]);
-    let everything = store
-        .list(&ListFilter {
+    let everything = listed(
+        &store,
+        &ListFilter {
             include_archived: true,
             ..ListFilter::default()
-        })
-        .unwrap();
+        },
+    );
     assert_eq!(everything.len(), 3);
-    let archived_only = store
-        .list(&ListFilter {
+    let archived_only = listed(
+        &store,
+        &ListFilter {
             status: Some(Status::Archived),
             ..ListFilter::default()
-        })
-        .unwrap();
+        },
+    );
     assert_eq!(archived_only.len(), 2);
 }
 

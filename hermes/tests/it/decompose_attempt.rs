@@ -10,13 +10,14 @@ use fixtures::aux_model::{AuxModel, Reply};
 use hermes::config::Config;
 use hermes::core::{Applied, AttemptOutcome, ProviderFault};
 use hermes::decompose::attempt::{
-    backoff, run_attempt, run_manual_attempt, AttemptContext, SHUTDOWN_ANSWER_WAIT,
+    backoff, run_attempt, run_manual_attempt, AttemptContext, AttemptError, SHUTDOWN_ANSWER_WAIT,
 };
 use hermes::store::{now_ms, BeginRefusal, DecomposeState, NewTask, Origin, Status, Store};
 use rstest::rstest;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use fixtures::wait::wait_until;
 
@@ -113,6 +114,18 @@ impl Board {
 
     fn store(&self) -> Store {
         Store::open(&self.db).unwrap()
+    }
+
+    /// Another triage card on the same board, for what the board-wide guards do to it.
+    fn another_card(&self, title: &str) -> String {
+        self.store()
+            .create_task(&NewTask {
+                title: title.into(),
+                triage: true,
+                ..NewTask::default()
+            })
+            .unwrap()
+            .id
     }
 
     fn state(&self) -> DecomposeState {
@@ -212,6 +225,22 @@ fn context(config: Config, board: &Board) -> AttemptContext {
 /// channel reads as a shutdown.
 fn running() -> (watch::Sender<bool>, watch::Receiver<bool>) {
     watch::channel(false)
+}
+
+/// The board card's automatic attempt, started on the runtime under `shutdown` and returned once
+/// its request has reached `server`: the test acts while that call is out.
+fn attempt_in_flight(
+    ctx: AttemptContext,
+    board: &Board,
+    server: &AuxModel,
+    shutdown: watch::Receiver<bool>,
+) -> JoinHandle<Result<AttemptOutcome, AttemptError>> {
+    let card = board.card.clone();
+    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
+    arrived("the request to reach the provider", || {
+        server.billed_for(&board.card) > 0
+    });
+    run
 }
 
 /// An attempt's outcome, flattened for assertions.
@@ -623,11 +652,7 @@ fn shutdown_aborts_the_request_in_flight_and_records_it() {
     let ctx = context(cfg, &board);
 
     let (stop, shutdown) = running();
-    let card = board.card.clone();
-    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
-    arrived("the request to reach the provider", || {
-        server.billed_for(&board.card) > 0
-    });
+    let run = attempt_in_flight(ctx, &board, &server, shutdown);
     // While the provider hangs, the row is there and still open.
     let open = board.ledger();
     assert_eq!(
@@ -694,11 +719,7 @@ fn an_answer_that_lands_while_shutting_down_is_recorded(#[case] landed: Landed) 
     let ctx = context(cfg, &board);
 
     let (stop, shutdown) = running();
-    let card = board.card.clone();
-    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
-    arrived("the request to reach the provider", || {
-        server.billed_for(&board.card) > 0
-    });
+    let run = attempt_in_flight(ctx, &board, &server, shutdown);
     let before = now_ms();
     stop.send(true).unwrap();
     let bound = SHUTDOWN_ANSWER_WAIT + Duration::from_secs(2);
@@ -756,15 +777,7 @@ fn the_hourly_ceiling_stops_a_retry_and_a_person_unless_forced() {
 
     // The hour is full: the next automatic attempt on another card is refused before it is
     // counted.
-    let second = board
-        .store()
-        .create_task(&NewTask {
-            title: "second".into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id;
+    let second = board.another_card("second");
     let stop = refused(&ctx, &second, Origin::Sweep);
     assert_eq!(
         stop.refusal,
@@ -879,11 +892,7 @@ fn a_card_that_left_triage_during_the_call_gets_no_rows() {
     let events_before = board.count("task_events");
 
     let (_keep, shutdown) = running();
-    let card = board.card.clone();
-    let run = spawn(async move { run_attempt(&ctx, &card, Origin::Gateway, shutdown).await });
-    arrived("the request to reach the provider", || {
-        server.billed_for(&board.card) > 0
-    });
+    let run = attempt_in_flight(ctx, &board, &server, shutdown);
     // The card leaves triage while the provider is "thinking", as a person might move it.
     let conn = Connection::open(&board.db).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
@@ -1054,15 +1063,7 @@ fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
     assert_eq!((usage.totals.calls, usage.totals.unreachable), (0, 1));
 
     // The board waits: the next automatic attempt is refused before anything is counted.
-    let other = board
-        .store()
-        .create_task(&NewTask {
-            title: "another".into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id;
+    let other = board.another_card("another");
     let stop = refused(&ctx, &other, Origin::Sweep);
     assert!(
         matches!(&stop.refusal, BeginRefusal::Paused { reason, .. } if reason.contains("unreachable")),
@@ -1074,15 +1075,7 @@ fn an_unreachable_provider_spends_no_budget_and_pauses_the_board() {
 #[test]
 fn a_refusal_recorded_meanwhile_stops_another_attempts_retry() {
     let board = Board::new("refused late");
-    let flaky = board
-        .store()
-        .create_task(&NewTask {
-            title: "flaky".into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id;
+    let flaky = board.another_card("flaky");
     let server = provider(status_only(500));
     server.reply(
         &board.card,
@@ -1127,15 +1120,7 @@ fn a_cooldown_of_1e16_seconds_pauses_for_good() {
     assert_eq!(outcome.fault().map(|f| f.until_ms), Some(i64::MAX));
     let pause = board.store().pause().unwrap();
     assert_eq!(pause.map(|p| p.until_ms), Some(i64::MAX));
-    let other = board
-        .store()
-        .create_task(&NewTask {
-            title: "waits".into(),
-            triage: true,
-            ..NewTask::default()
-        })
-        .unwrap()
-        .id;
+    let other = board.another_card("waits");
     let stop = refused(&ctx, &other, Origin::Gateway);
     assert!(
         matches!(stop.refusal, BeginRefusal::Paused { .. }),

@@ -11,7 +11,7 @@ use fixtures::prelude::*;
 use rstest::rstest;
 
 use super::judge_failed_without_rows;
-use crate::decompose_card;
+use crate::{applied_with_two_children, decompose_card};
 
 /// The reference's cap on a reply body.
 const CAP_BYTES: u64 = 1024 * 1024;
@@ -96,13 +96,7 @@ fn reply_body_at_the_cap_is_read_and_one_byte_more_is_refused(
         .context(|| run.output.to_string())
         .gap(GapKind::NotOneRequest);
     if size <= CAP_BYTES {
-        let mut findings = Findings::new();
-        findings = findings.equal("ok", &run.ok(), &Some(true)).equal(
-            "children",
-            &board.rows().children_of(&root).len(),
-            &2,
-        );
-        findings
+        applied_with_two_children(&board, &root, &run)
             .verdict("a body of exactly the cap is read and applied")
             .note(|| format!("{shape:?} body of {size} bytes, {delimited:?}"))
             .context(|| format!("{}\n{}", run.output, board.diag(&root)))

@@ -12,7 +12,8 @@ use rstest::rstest;
 use serde_json::{json, Value};
 
 use crate::{
-    decompose_all, decompose_card, decompose_forced, no_raw_controls, Decomposition, HOSTILE,
+    decompose_all, decompose_card, decompose_forced, no_raw_controls, one_per_line, Decomposition,
+    HOSTILE,
 };
 
 /// A 200 reply whose body is a provider error object with `message`.
@@ -74,13 +75,7 @@ fn provider_and_card_text_full_of_controls_reaches_no_terminal_raw(board: Board)
     }
     findings
         .verdict("no control character of a card or a provider reaches stdout or stderr raw")
-        .context(|| {
-            outputs
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
+        .context(|| one_per_line(&outputs))
         .gap(GapKind::RawControlOutput);
     // JSON escapes the text itself: it decodes to exactly what was stored, not to a mangled copy.
     let shown: Value = serde_json::from_str(&outputs[1].stdout).unwrap_or(Value::Null);
@@ -255,13 +250,7 @@ fn readers_survive_extreme_values_another_tool_wrote(board: Board) {
         .equal("calls counted", &usage["totals"]["calls"], &json!(written));
     findings
         .verdict("every reader survives absurd values another tool wrote")
-        .context(|| {
-            readers
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
+        .context(|| one_per_line(&readers))
         .gap(GapKind::CallNotVisible);
 }
 

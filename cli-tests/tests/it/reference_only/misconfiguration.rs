@@ -8,7 +8,7 @@ use fixtures::upstream::{DEFAULT_KEYS, DEFAULT_KEYS_YAML};
 use rstest::rstest;
 
 use crate::misconfiguration::lines_naming;
-use crate::{assert_no_crash, json_lines};
+use crate::{assert_no_crash, json_lines, one_per_line};
 
 #[rstest]
 #[case::kanban_section("kanban", "dispatch_interval_secs", "5", "dispatch_interval_seconds")]
@@ -51,12 +51,7 @@ fn a_misspelt_key_gets_one_warning_naming_the_key_meant_on_each_verb(
         assert_no_crash(run);
     }
 
-    let transcript = || {
-        runs.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let transcript = || one_per_line(&runs);
     let wrong: Vec<String> = runs
         .iter()
         .filter_map(|run| {

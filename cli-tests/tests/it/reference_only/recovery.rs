@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use fixtures::prelude::*;
 
-use crate::{decompose_all, decompose_card, json_lines, judge_exit_code};
+use crate::{decompose_all, decompose_card, json_lines, judge_exit_code, one_per_line};
 
 /// A card id no board has.
 const UNKNOWN_ID: &str = "t_00000000";
@@ -315,12 +315,7 @@ fn unpark_refuses_with_exit_1_and_writes_nothing(
         .collect();
     let usage_error = board.cli_unchecked(["kanban", "unpark"]);
 
-    let transcript = || {
-        runs.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let transcript = || one_per_line(&runs);
     for (run, words) in runs.iter().zip(["with --json", "without --json"]) {
         judge_exit_code(
             &format!("`kanban unpark` of a card it refuses, {words}"),
@@ -731,12 +726,7 @@ fn usage_since_counts_a_call_at_its_moment_and_none_a_millisecond_before(board: 
     }
     findings
         .verdict("a `--since` that is neither a date nor a duration is a usage error (exit 2)")
-        .context(|| {
-            bad.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
+        .context(|| one_per_line(&bad))
         .gap(GapKind::WrongExitCode);
 }
 
