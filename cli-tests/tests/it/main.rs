@@ -181,7 +181,6 @@ pub fn first_graph_gated(aux: &AuxModel, card: &str, gate: &Gate) {
     );
 }
 
-/// `kanban decompose --all --json`.
 /// Runs `kanban decompose ID` of `card` on a thread of its own and, once its request has reached
 /// the provider (or the wait for it timed out: `during` is told which), runs `during` while that
 /// call is held by `gate`; then lets the reply go and returns the decompose beside what `during`
@@ -208,6 +207,7 @@ pub fn while_decompose_is_out<T>(
     })
 }
 
+/// `kanban decompose --all --json`.
 pub fn decompose_all(board: &Board) -> Decomposition {
     decompose(board, &["--all"])
 }
