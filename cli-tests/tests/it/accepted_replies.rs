@@ -2,7 +2,10 @@
 //! single-task promotion, titles full of characters that break careless quoting, and replies
 //! sent chunked with no `Content-Length`.
 
+use fixtures::aux_model::ROSTER_DEFAULT;
+use fixtures::aux_model::{child_title, contract_task, graph_value, sse_content_event};
 use fixtures::prelude::*;
+use fixtures::rows::Event;
 use fixtures::snapshot::BoardRows;
 use rstest::rstest;
 use serde_json::{json, Value};

@@ -4,6 +4,7 @@
 //! rejected whole.
 
 use fixtures::prelude::*;
+use fixtures::rows::Event;
 use rstest::rstest;
 
 use crate::{decompose_card, graph_not_applied};

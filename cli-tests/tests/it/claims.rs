@@ -2,6 +2,7 @@
 //! card once, and a person's `decompose ID` (or a sweep) on a card another process has in flight
 //! is refused without a request, saying until when the card is taken.
 
+use fixtures::aux_model::AuxModel;
 use fixtures::prelude::*;
 use regex::Regex;
 use rstest::rstest;

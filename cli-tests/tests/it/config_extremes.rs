@@ -7,6 +7,7 @@
 //! made. The one documented exception is a retry count past its range, which means the most
 //! retries there are (as upstream reads it): a config written for upstream keeps working.
 
+use fixtures::cli::CliOutput;
 use fixtures::config::key;
 use fixtures::prelude::*;
 use rstest::rstest;

@@ -5,8 +5,10 @@
 //! Each reply breaks the contract in exactly one way, named by its case; everything else about
 //! it is what the contract asks for (see `fixtures::aux_model`).
 
+use fixtures::aux_model::{contract_task, graph_value, sse_content_event, ROSTER_DEFAULT};
 use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
+use fixtures::verdict::case_label;
 use rstest::rstest;
 use serde_json::json;
 

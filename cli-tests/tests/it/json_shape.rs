@@ -2,6 +2,7 @@
 //! `new_title`) and its exit codes: 0 when the card was decomposed, 1 when it was not, 2 for a
 //! usage error.
 
+use fixtures::aux_model::child_title;
 use fixtures::prelude::*;
 use fixtures::snapshot::{BoardRows, Redactor};
 use rstest::rstest;

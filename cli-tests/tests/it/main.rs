@@ -29,7 +29,11 @@
 //! | `json_shape` | the `--json` line and exit codes |
 //! | `reference_only` | ledger, usage, opt-out, budget, hostile-body bounds (left out on other targets) |
 
+use fixtures::aux_model::AuxModel;
+use fixtures::cli::CliOutput;
 use fixtures::prelude::*;
+use fixtures::rows::Task;
+use fixtures::wait::WaitTimeout;
 use serde_json::Value;
 
 /// Compares `rows` (anything `Serialize`) with the reviewed snapshot `name` — on the reference

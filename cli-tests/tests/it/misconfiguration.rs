@@ -3,6 +3,7 @@
 //! about them, and cost the decomposition nothing. (Warnings about keys no implementation
 //! defines are the reference's own: `reference_only::misconfiguration`.)
 
+use fixtures::cli::CliOutput;
 use fixtures::prelude::*;
 use fixtures::upstream::{DEFAULT_KEYS, DEFAULT_KEYS_YAML};
 use rstest::rstest;

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use fixtures::aux_model::AuxModel;
 use fixtures::prelude::*;
 use fixtures::verdict::Verdict;
 use rstest::rstest;

@@ -1,6 +1,7 @@
 //! Two `kanban decompose` processes racing on one card: exactly one graph is applied, never two
 //! (contract §7 B4: the apply transaction re-checks that the card is still in triage).
 
+use fixtures::cli::CliOutput;
 use fixtures::prelude::*;
 
 use crate::{assert_no_crash, json_lines};

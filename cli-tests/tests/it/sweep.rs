@@ -3,6 +3,7 @@
 //! card is a person's choice and makes exactly one request.
 
 use fixtures::prelude::*;
+use fixtures::rows::Hold;
 use fixtures::snapshot::BoardRows;
 use rstest::rstest;
 

@@ -3,6 +3,7 @@
 //! by `create`, `show` and `list` with no control character left raw, and their `--json` carries
 //! the same text, escaped by JSON itself.
 
+use fixtures::cli::CliOutput;
 use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};

@@ -2,7 +2,9 @@
 //! as a BLOB): a sweep goes on past them to the cards it can decompose, and `kanban list` and
 //! `kanban show` print what they can instead of failing the whole board.
 
+use fixtures::cli::CliOutput;
 use fixtures::prelude::*;
+use fixtures::rows::NotText;
 use rstest::rstest;
 use serde_json::Value;
 

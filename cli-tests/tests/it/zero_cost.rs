@@ -3,6 +3,7 @@
 
 use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
+use fixtures::verdict::case_label;
 use regex::Regex;
 use rstest::rstest;
 

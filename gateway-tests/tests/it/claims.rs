@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use fixtures::gateway::Gateway;
 use fixtures::prelude::*;
 use rstest::rstest;
 

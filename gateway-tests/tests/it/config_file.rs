@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use fixtures::gateway::StopReport;
 use fixtures::prelude::*;
+use fixtures::ticks::Window;
 use rstest::rstest;
 
 use crate::support::STOP_GRACE;

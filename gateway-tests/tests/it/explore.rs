@@ -8,6 +8,7 @@ use fixtures::explore::schedule::{
 };
 use fixtures::explore::{execute, Run};
 use fixtures::prelude::*;
+use fixtures::target::Target;
 use fixtures::verdict::Judge;
 
 fn card(kind: CardKind, replies: &[Behaviour]) -> CardPlan {

@@ -1,6 +1,7 @@
 //! Cards whose decomposition keeps failing never take the per-tick slots from fresh cards.
 
 use fixtures::prelude::*;
+use fixtures::rows::NotText;
 use rstest::rstest;
 
 use crate::support::blocked_probe_timeout;

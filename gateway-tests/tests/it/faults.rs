@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use fixtures::aux_model::graph_value;
 use fixtures::prelude::*;
 use fixtures::relay::Relay;
 use rstest::rstest;

@@ -2,6 +2,7 @@
 //! is. (The `--no-auto-decompose` opt-out is the reference's own flag: see `reference_only`.)
 
 use fixtures::prelude::*;
+use fixtures::rows::Hold;
 use rstest::rstest;
 
 use crate::PROBE_TICKS;

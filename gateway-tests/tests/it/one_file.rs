@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fixtures::prelude::*;
+use fixtures::ticks::Window;
 use rstest::rstest;
 
 use crate::support::spend_budget;

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use fixtures::prelude::*;
+use fixtures::target::current_target;
 use rstest::rstest;
 
 use crate::support::span_of_ticks;

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use fixtures::prelude::*;
+use fixtures::target::current_target;
 use rstest::rstest;
 
 use crate::support::{closed_port_url, span_of_ticks, STOP_GRACE};

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use fixtures::prelude::*;
+use fixtures::target::current_target;
 use nix::sys::signal::Signal;
 use rstest::rstest;
 

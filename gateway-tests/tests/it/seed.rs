@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
+use fixtures::aux_model::child_title;
 use fixtures::prelude::*;
+use fixtures::rows::Event;
 use rstest::rstest;
 
 use crate::support::{no_graph_findings, rebill_note, spend_budget};

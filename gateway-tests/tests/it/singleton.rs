@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
+use fixtures::gateway::Gateway;
+use fixtures::gateway::GatewaySpec;
 use fixtures::prelude::*;
+use fixtures::target::Readiness;
 use rstest::rstest;
 
 use crate::support::{another_gateway_spec, create_held_cards, span_of_ticks, STOP_GRACE};

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use fixtures::aux_model::graph_value;
 use fixtures::aux_model::{AnswerEnd, Received};
 use fixtures::prelude::*;
 use rstest::rstest;

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
+use fixtures::gateway::{Gateway, GatewaySpec, StopReport};
 use fixtures::prelude::*;
+use fixtures::target::{Readiness, Target};
 
 use crate::MAX_FAILED_ATTEMPTS;
 

@@ -11,7 +11,9 @@
 
 use std::time::Duration;
 
+use fixtures::gateway::Gateway;
 use fixtures::prelude::*;
+use fixtures::ticks::Window;
 use fixtures::upstream::{self, upstream};
 use rstest::rstest;
 

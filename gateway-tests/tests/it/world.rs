@@ -2,7 +2,9 @@
 //! written (a full disk), its board file is deleted or replaced. None of it stops the dispatcher
 //! or makes it pay for what it cannot record.
 
+use fixtures::gateway::GatewaySpec;
 use fixtures::limits::set_file_size_limit;
+use fixtures::oracle::Invariant;
 use fixtures::prelude::*;
 use rstest::rstest;
 

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use fixtures::aux_model::graph_value;
 use fixtures::aux_model::{AnswerEnd, Framing};
 use fixtures::prelude::*;
 use rstest::rstest;

@@ -3,6 +3,7 @@
 //! closest known key, on every verb that reads the config, while upstream's own keys beside it
 //! stay silent, and the verb still does its work.
 
+use fixtures::cli::CliOutput;
 use fixtures::prelude::*;
 use fixtures::upstream::{DEFAULT_KEYS, DEFAULT_KEYS_YAML};
 use rstest::rstest;

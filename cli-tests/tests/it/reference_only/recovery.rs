@@ -10,6 +10,7 @@ use fixtures::snapshot::Redactor;
 use rstest::rstest;
 use serde_json::{json, Map, Value};
 
+use fixtures::cli::CliOutput;
 use fixtures::prelude::*;
 
 use crate::{decompose_all, decompose_card, json_lines, judge_exit_code, one_per_line};

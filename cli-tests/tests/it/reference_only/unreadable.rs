@@ -3,6 +3,7 @@
 //! refuses it (exit 1, no request), and `show` renders the bytes that are not text as U+FFFD.
 
 use fixtures::prelude::*;
+use fixtures::rows::NotText;
 use rstest::rstest;
 use serde_json::Value;
 

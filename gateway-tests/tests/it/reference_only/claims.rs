@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use fixtures::aux_model::contract_task;
+use fixtures::gateway::Gateway;
 use fixtures::prelude::*;
 use rstest::rstest;
 use serde_json::json;

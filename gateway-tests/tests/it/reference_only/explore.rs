@@ -16,6 +16,7 @@ use fixtures::explore::findings::{Check, Finding};
 use fixtures::explore::schedule::{Behaviour, CardKind, CardPlan, Knobs, Schedule, Slot, Step};
 use fixtures::explore::{execute, Moment, Run};
 use fixtures::prelude::*;
+use fixtures::target::Target;
 
 fn two_plain_cards() -> Vec<CardPlan> {
     (0..2)

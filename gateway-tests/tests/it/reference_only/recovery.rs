@@ -3,6 +3,7 @@
 //! pause so the gateway bills again, and `kanban auto-decompose ID off|on` keeps the gateway away
 //! from a card and brings it back. Judged by the bills the fake provider saw.
 
+use fixtures::cli::CliOutput;
 use fixtures::prelude::*;
 use rstest::rstest;
 

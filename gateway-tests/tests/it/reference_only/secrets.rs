@@ -7,7 +7,10 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use fixtures::cli::CliOutput;
+use fixtures::gateway::Gateway;
 use fixtures::prelude::*;
+use fixtures::target::Readiness;
 use rstest::rstest;
 use serde_json::json;
 
