@@ -92,7 +92,7 @@ fn a_shorter_refusal_during_a_pause_never_shortens_it(
     let manual = decompose_forced(&board, &by_hand);
     let manual_requests = aux.billed_for(&by_hand);
     let waiting = card_waiting_out_the_pause(&board);
-    let before_the_sweep = aux.bills();
+    let before_the_sweep = aux.mark();
 
     let sweep = decompose_all(&board);
 
@@ -115,7 +115,7 @@ fn a_shorter_refusal_during_a_pause_never_shortens_it(
     sweep_billed_nothing(
         &board,
         "bills of a sweep after the shorter refusal",
-        aux.bills().saturating_sub(before_the_sweep),
+        aux.bills_since(before_the_sweep),
         &waiting,
         transcript,
     )
@@ -162,7 +162,7 @@ fn a_longer_refusal_during_a_pause_extends_it(
         )),
         (Some(_), Some(_)) => Ok(()),
     };
-    let before_the_sweep = aux.bills();
+    let before_the_sweep = aux.mark();
 
     let sweep = decompose_all(&board);
 
@@ -176,7 +176,7 @@ fn a_longer_refusal_during_a_pause_extends_it(
     sweep_billed_nothing(
         &board,
         "bills of a sweep after the short pause ended, under the longer refusal's",
-        aux.bills().saturating_sub(before_the_sweep),
+        aux.bills_since(before_the_sweep),
         &waiting,
         transcript,
     )
@@ -247,7 +247,7 @@ fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
     .map_err(|seen| format!("no refusal landed after an earlier pause ended: {seen}"));
     let manual_requests = aux.billed_for(&slow);
     let waiting = card_waiting_out_the_pause(&board);
-    let before_the_sweep = aux.bills();
+    let before_the_sweep = aux.mark();
 
     let sweep = decompose_all(&board);
 
@@ -261,7 +261,7 @@ fn a_refusal_that_lands_after_an_earlier_pause_ended_pauses_again(
     sweep_billed_nothing(
         &board,
         "bills of a sweep after a refusal that landed once the first pause ended",
-        aux.bills().saturating_sub(before_the_sweep),
+        aux.bills_since(before_the_sweep),
         &waiting,
         transcript,
     )

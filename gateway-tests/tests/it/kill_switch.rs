@@ -18,7 +18,7 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(Config::gateway())] bo
     run.start().prove_ticks(1);
 
     board.reconfigure(Config::gateway().kill_switch(false));
-    let bills_at_flip = aux.bills();
+    let flipped = aux.mark();
     // A tick that read the old config just before the write selects its cards at its start;
     // two tick periods later every tick in progress began after the write. Nothing is in triage
     // meanwhile, so nothing may be billed either (counted with the watch below: bills only grow).
@@ -31,7 +31,7 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(Config::gateway())] bo
     // and after it (the same cards decomposed once the switch is back on), so the span was
     // ticks the gateway ran with the switch off.
     run.watch(span_of_ticks(target, PROBE_TICKS));
-    let bills_while_off = aux.bills() - bills_at_flip;
+    let bills_while_off = aux.bills_since(flipped);
     let left_triage: Vec<String> = board
         .rows()
         .left_triage(&waiting)
@@ -54,7 +54,7 @@ fn kill_switch_stops_paid_calls_from_the_next_tick(#[with(Config::gateway())] bo
         .note(|| {
             format!(
                 "billed for {:?}; {}",
-                &aux.billed_ids()[bills_at_flip..],
+                aux.billed_ids_since(flipped),
                 board.setting(Setting::KillSwitch)
             )
         })

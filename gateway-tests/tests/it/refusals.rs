@@ -191,7 +191,7 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
     let refused = board.create("the card whose call starts the pause", &["--triage"]);
     run.first_bill(&refused);
     let paused_at = Instant::now();
-    let before_the_end = aux.bills();
+    let before_the_end = aux.mark();
     for i in 0..WAITING_CARDS {
         board.create(&format!("waiting card {i}"), &["--triage"]);
     }
@@ -206,7 +206,7 @@ fn when_a_pause_ends_one_call_probes_the_provider_before_any_fan_out(
         ))
     };
     run.watch((Duration::from_secs(pause_secs) + AFTER_PAUSE).saturating_sub(paused_at.elapsed()));
-    let at_the_end = aux.bills().saturating_sub(before_the_end);
+    let at_the_end = aux.bills_since(before_the_end);
     let seen = run.stop();
 
     bound("calls when the pause ended", at_the_end)

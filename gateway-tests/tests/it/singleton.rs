@@ -220,15 +220,15 @@ fn contest(mut first: Scenario<'_>, second: GatewaySpec) -> Contest {
             second_had.as_secs_f64()
         ))
     };
-    let before = aux.bills();
+    let before = aux.mark();
     aux.reply_default(Reply::http_error(402, "insufficient quota").delayed(LATE_REFUSAL));
     for i in 0..CONTEST_CARDS {
         board.create(&format!("waiting card {i}"), &["--triage"]);
     }
     first
-        .bills(before + 1, || aux.bills(), "any waiting card")
+        .bills(1, || aux.bills_since(before), "any waiting card")
         .watch(LATE_REFUSAL * 2 + span_of_ticks(target, PROBE_TICKS));
-    let bills = aux.bills() - before;
+    let bills = aux.bills_since(before);
     let first = first.stop();
     aux.reply_default(Reply::default_single());
     let second_running = second.running();
