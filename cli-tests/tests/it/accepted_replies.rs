@@ -41,7 +41,7 @@ fn three_child_graph_is_applied_with_its_sibling_edge(board: Board) {
     let mut findings = Findings::new();
     findings = findings.equal("ok", &run.ok(), &Some(true));
     let children = decomposed_child_ids(&board, &root, &mut findings);
-    let titles: Vec<String> = children.iter().map(|id| rows.title(id)).collect();
+    let titles = rows.titles_of(&children);
     let mut linked = rows.children_of(&root);
     linked.sort();
     let mut expected_linked = children.clone();
@@ -106,7 +106,7 @@ fn json_inside_code_fences_is_accepted(#[case] template: &str, board: Board) {
     let mut findings = Findings::new();
     findings = findings.equal("ok", &run.ok(), &Some(true));
     let children = decomposed_child_ids(&board, &root, &mut findings);
-    let titles: Vec<String> = children.iter().map(|id| rows.title(id)).collect();
+    let titles = rows.titles_of(&children);
     findings = findings
         .equal("child titles", &titles, &(0..2).map(child_title).collect())
         .that(

@@ -2,8 +2,6 @@
 //! always fails is not re-billed on every tick, and a valid graph bills once and links its
 //! children.
 
-use std::collections::HashMap;
-
 use fixtures::aux_model::child_title;
 use fixtures::prelude::*;
 use fixtures::rows::Event;
@@ -70,10 +68,7 @@ fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway(
     let rows = board.rows();
     let kids = rows.children_of(&root);
     let status = rows.status(&root);
-    let by_title: HashMap<String, String> = kids
-        .iter()
-        .map(|kid| (rows.title(kid), kid.clone()))
-        .collect();
+    let by_title = rows.children_by_title(&root);
     let id_of = |i: usize| by_title.get(&child_title(i)).cloned().unwrap_or_default();
     let mut titles: Vec<&String> = by_title.keys().collect();
     titles.sort();

@@ -101,11 +101,7 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
 
     assert_eq!(arranged, 1, "the card in flight had no claim to arrange");
     let rows = board.rows();
-    let children: Vec<String> = rows
-        .children_of(&card)
-        .iter()
-        .map(|child| rows.title(child))
-        .collect();
+    let children = rows.titles_of(&rows.children_of(&card));
     let transcript = || format!("{sweep}\ngateway log:\n{log}\n{}", board.diag(&card));
     // The woken holder must have had its answer in hand while the taker's was still held back.
     let interruption = match (&holder_done, taker_answer_at) {
