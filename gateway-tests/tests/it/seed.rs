@@ -70,8 +70,7 @@ fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway(
     let status = rows.status(&root);
     let by_title = rows.children_by_title(&root);
     let id_of = |i: usize| by_title.get(&child_title(i)).cloned().unwrap_or_default();
-    let mut titles: Vec<&String> = by_title.keys().collect();
-    titles.sort();
+    let titles: Vec<String> = by_title.keys().cloned().collect();
     let mut expected_titles: Vec<String> = (0..SEED_CHILDREN).map(child_title).collect();
     expected_titles.sort();
     let child_ids: Vec<Vec<String>> = rows
@@ -89,7 +88,7 @@ fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway(
             &board.task_count(),
             &(1 + SEED_CHILDREN + seen.window.probes().len()),
         )
-        .equal("child titles", &titles, &expected_titles.iter().collect())
+        .equal("child titles", &titles, &expected_titles)
         .that(rows.has_link(&id_of(0), &id_of(2)), || {
             "declared dependency child 0 -> child 2 was not persisted".to_owned()
         })
