@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::clock::now_ms;
 use crate::core::{AttemptOutcome, CardBudget, FaultPause, Origin, UnreachablePause};
-use crate::decompose::attempt::{card_budget, run_attempt, AttemptContext, AttemptError};
+use crate::decompose::attempt::{run_attempt, AttemptContext, AttemptError};
 use crate::store::{
     AutoGate, BoardError, BoardHandle, ListFilter, Recovered, Redated, SetAside, Status, Store,
     StoreError, CLOCK_SKEW,
@@ -208,7 +208,7 @@ pub async fn sweep(
     let recovered = recover(
         &board,
         &HashSet::new(),
-        card_budget(&ctx.config),
+        ctx.config.card_rules().budget,
         true,
         Origin::Sweep,
     )

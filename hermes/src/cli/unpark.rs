@@ -6,7 +6,6 @@ use serde_json::json;
 use super::render::count;
 use super::{operator, round_up_secs, CliError, Context, Outcome};
 use crate::clock::{now_ms, shown_ms};
-use crate::decompose::attempt::card_budget;
 
 /// Arguments of `kanban unpark`.
 #[derive(Debug, Args)]
@@ -39,7 +38,7 @@ pub fn run(ctx: &Context, args: &UnparkArgs) -> Result<Outcome, CliError> {
     super::redate_before_recovery(&mut store)?;
     let by = operator(args.by.as_deref());
     let done = store
-        .unpark(&args.id, card_budget(&ctx.config), now_ms(), &by)?
+        .unpark(&args.id, ctx.config.card_rules().budget, now_ms(), &by)?
         .map_err(anyhow::Error::from)?;
     if ctx.json {
         ctx.print_json(&json!({

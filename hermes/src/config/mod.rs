@@ -479,6 +479,16 @@ impl ConfigStamp {
 }
 
 impl Config {
+    /// The rules every card's decompose state follows under this configuration: its attempt
+    /// budget (`kanban.decompose_max_attempts`) and its backoff after a failure
+    /// (`kanban.decompose_backoff_seconds`).
+    pub fn card_rules(&self) -> crate::core::CardRules {
+        crate::core::CardRules {
+            budget: crate::core::CardBudget::new(self.kanban.decompose_max_attempts),
+            backoff: crate::core::Backoff::new(self.kanban.decompose_backoff),
+        }
+    }
+
     /// Reads `<home>/config.yaml` (see [`read_config_file`]); a missing file means all
     /// defaults.
     pub fn load(home: &Home) -> Result<Config, ConfigError> {

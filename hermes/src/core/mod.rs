@@ -6,10 +6,12 @@
 //! long a card or the board waits afterwards ([`Backoff`]), how many attempts a card gets
 //! ([`CardBudget`]), how long one attempt may go on and so how long it claims its card
 //! ([`AttemptBudget`]), how one attempt ended ([`AttemptOutcome`]) and how each of its requests
-//! did ([`LedgerOutcome`]).
+//! did ([`LedgerOutcome`]); and the one state machine every change to a card's attempts,
+//! schedule and park goes through ([`CardRules`], in [`card`]).
 
 pub mod backoff;
 pub mod budget;
+pub mod card;
 pub mod error;
 pub mod fault;
 pub mod origin;
@@ -22,6 +24,7 @@ pub mod time;
 
 pub use backoff::{Backoff, MAX_BACKOFF};
 pub use budget::{AttemptBudget, CardBudget, RetryDelay};
+pub use card::{CardRules, DecomposeState, ParkCause};
 pub use error::error_chain;
 pub use fault::{
     describe_retry_after, paused_for, rate_limit_pause, unreachable_pause, FaultPause,

@@ -22,8 +22,8 @@ use crate::aux_client::{AuxClient, AuxError, AuxSettings, Completion};
 use crate::config::{Config, DecomposerEndpoint, DecomposerSetupError, Home, KeySource};
 use crate::core::time::after;
 use crate::core::{
-    rate_limit_pause, Applied, AttemptBudget, AttemptOutcome, Backoff, BeginRefusal, CardBudget,
-    FaultPause, LedgerOutcome, Origin, Plan, ProviderFault, MAX_RETRY_AFTER,
+    Applied, AttemptBudget, AttemptOutcome, BeginRefusal, FaultPause, LedgerOutcome, Origin, Plan,
+    MAX_RETRY_AFTER,
 };
 use crate::decompose::prompt::{build_messages, PromptCard};
 use crate::decompose::reply::{parse_reply, GraphLimits, Rejection};
@@ -214,16 +214,6 @@ impl std::error::Error for AttemptError {
     }
 }
 
-/// The card's backoff under `cfg`.
-pub fn backoff(cfg: &Config) -> Backoff {
-    Backoff::new(cfg.kanban.decompose_backoff)
-}
-
-/// A card's automatic attempt budget under `cfg`.
-pub fn card_budget(cfg: &Config) -> CardBudget {
-    CardBudget::new(cfg.kanban.decompose_max_attempts)
-}
-
 /// One attempt's time budget under `cfg`: its requests are bounded by
 /// [`Config::decompose_timeout`], as the client is.
 pub fn budget(cfg: &Config) -> AttemptBudget {
@@ -276,9 +266,8 @@ async fn attempt(
         origin,
         force: policy_forced(force, origin),
         now_ms: now,
-        card_budget: card_budget(&cfg),
+        rules: cfg.card_rules(),
         calls_per_hour: cfg.kanban.decompose_calls_per_hour,
-        backoff: backoff(&cfg),
         claim_until_ms: after(now, budget.claim_span()),
     };
     let id = task_id.to_owned();
@@ -357,16 +346,8 @@ async fn paid_part(
     // The ledger rows of the requests keep their text (capped); the card keeps a summary.
     let reason = output::summary(&reason);
 
-    let park = card_budget(cfg).spent(ticket.attempt);
     let now = now_ms();
-    let mut next_due_ms = backoff(cfg).due_ms(now, ticket.attempt);
-    if let Some(ProviderFault::RateLimited {
-        retry_after: Some(wait),
-    }) = &fault
-    {
-        next_due_ms = next_due_ms.max(after(now, rate_limit_pause(Some(*wait))));
-    }
-    let fault = fault.map(|fault| {
+    let pause = fault.clone().map(|fault| {
         let lasts = fault.pause_for(cfg.kanban.provider_cooldown);
         FaultPause {
             until_ms: after(now, lasts),
@@ -379,10 +360,10 @@ async fn paid_part(
         fence: Some(ticket.lease.clone()),
         origin,
         reason: reason.clone(),
-        next_due_ms: (!park).then_some(next_due_ms),
-        park,
+        fault,
+        rules: cfg.card_rules(),
         now_ms: now,
-        pause: fault.as_ref().map(|f| PauseRecord {
+        pause: pause.as_ref().map(|f| PauseRecord {
             until_ms: f.until_ms,
             reason: f.fault.describe(),
             request_started_ms: sent.last_started_ms,
@@ -393,16 +374,16 @@ async fn paid_part(
         .call(move |s| s.record_failure(&id, &record))
         .await
         .map_err(AttemptError::after(delivered))?;
-    if !recorded {
+    let Some(parked) = recorded else {
         return Ok(superseded(&ticket, requests));
-    }
+    };
     Ok(AttemptOutcome::Failed {
         task_id: ticket.task_id,
         attempt: ticket.attempt,
         requests,
         reason,
-        parked: park,
-        fault,
+        parked,
+        fault: pause,
     })
 }
 

@@ -28,9 +28,11 @@ use notice::Notice;
 use crate::auto::{self, Picked};
 use crate::config::{Config, ConfigError, ConfigStamp, Home, WarningLog};
 use crate::core::time::secs_between;
-use crate::core::{ceiling_reached, error_chain, paused_for, AttemptOutcome, BeginRefusal, Origin};
+use crate::core::{
+    ceiling_reached, error_chain, paused_for, AttemptOutcome, BeginRefusal, Origin, ParkCause,
+};
 use crate::decompose::attempt::{
-    card_budget, AttemptContext, AttemptError, AttemptSetupError, Billing, SHUTDOWN_ANSWER_WAIT,
+    AttemptContext, AttemptError, AttemptSetupError, Billing, SHUTDOWN_ANSWER_WAIT,
 };
 use crate::decompose::roster;
 use crate::store::{now_ms, BoardError, BoardFile, BoardHandle, Store};
@@ -391,7 +393,7 @@ impl Dispatcher {
     /// Closes attempts whose process is gone (or whose end this process could not record).
     async fn recover(&mut self) {
         let ours = self.in_flight_ids.clone();
-        let budget = card_budget(&self.config);
+        let budget = self.config.card_rules().budget;
         let redate = self
             .redate_checked
             .is_none_or(|at| at.elapsed() >= REDATE_EVERY);
@@ -419,11 +421,7 @@ impl Dispatcher {
                         );
                         continue;
                     }
-                    warn_parked(
-                        &card.task_id,
-                        "its last automatic attempt was abandoned before it could record how it \
-                         went (its request may have been billed)",
-                    );
+                    warn_parked(&card.task_id, &ParkCause::Abandoned);
                 }
             }
             // Its own condition, apart from picking cards: a board that takes no writes fails
@@ -727,7 +725,7 @@ impl Dispatcher {
             Ok(Picked::Due { cards, set_aside }) => {
                 // Each is parked now, so this is its one WARN.
                 for card in &set_aside {
-                    warn_set_aside(&card.task_id, &card.why);
+                    warn_parked(&card.task_id, &ParkCause::SetAside { why: &card.why });
                 }
                 cards
             }
@@ -864,7 +862,10 @@ impl Dispatcher {
                 self.first_announcement(&task_id, *attempt);
                 warn_parked(
                     &task_id,
-                    &format!("{attempt} automatic attempts failed (last: {reason})"),
+                    &ParkCause::Failed {
+                        attempt: *attempt,
+                        last: reason,
+                    },
                 );
             }
             AttemptOutcome::Refused {
@@ -874,7 +875,13 @@ impl Dispatcher {
                 // The due query never offers a parked card, so this card's budget was spent
                 // by an attempt that never finished, or the budget was lowered; it was parked
                 // just now.
-                warn_parked(&task_id, &card_budget(&self.config).spent_reason(*attempts));
+                warn_parked(
+                    &task_id,
+                    &ParkCause::Spent {
+                        budget: self.config.card_rules().budget,
+                        attempts: *attempts,
+                    },
+                );
             }
             AttemptOutcome::Refused {
                 refusal: BeginRefusal::Unreadable { why },
@@ -882,7 +889,7 @@ impl Dispatcher {
             } => {
                 // The due query sets unreadable cards aside, so this row changed since it was
                 // picked, and the attempt's start parked it just now.
-                warn_set_aside(&task_id, why);
+                warn_parked(&task_id, &ParkCause::SetAside { why });
             }
             AttemptOutcome::Refused { .. } => {
                 debug!(card = %task_id, "not attempted: {}", outcome.reason());
@@ -907,20 +914,13 @@ fn build_context(home: &Home, config: &Arc<Config>) -> Result<AttemptContext, At
 
 /// The one WARN a gateway gives each card it parks (contract §7, B9), with the fields the suite
 /// counts it by (`event=decompose_parked card=ID`), and what a person does about it.
-fn warn_parked(task_id: &str, why: &str) {
+fn warn_parked(task_id: &str, cause: &ParkCause<'_>) {
+    let why = cause.why();
     warn!(
         event = "decompose_parked",
         card = %task_id,
         "parked {task_id}: {why}; no automatic path bills it again. Once its cause is fixed, \
          `hermes kanban unpark {task_id}` gives it a fresh budget"
-    );
-}
-
-/// [`warn_parked`] for a card whose text cannot be sent.
-fn warn_set_aside(task_id: &str, why: &str) {
-    warn_parked(
-        task_id,
-        &format!("set aside without a request: {why} (written by another tool?)"),
     );
 }
 

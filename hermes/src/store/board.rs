@@ -6,12 +6,14 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde_json::{json, Value};
 
+use super::decompose::{read_state, write_step};
 use super::lenient;
 use super::pyjson::to_payload_text;
 use super::{
     ArchiveReport, Comment, DecomposeState, Event, ListFilter, NewTask, SqlResultExt, Status,
     StoreError, Task,
 };
+use crate::core::CardRules;
 
 pub(crate) use crate::clock::{now_ms, now_secs};
 
@@ -325,19 +327,8 @@ pub(crate) fn create_task(tx: &Transaction<'_>, new: &NewTask) -> Result<String,
         "goal_mode": null,
     });
     add_event(tx, &id, "created", Some(&payload))?;
-    if new.no_auto_decompose {
-        tx.execute(
-            "INSERT INTO hermes_decompose_state (task_id, opt_out, due_at_ms) VALUES (?1, 1, NULL)",
-            [&id],
-        )
-        .sql("recording the decompose opt-out")?;
-    } else if new.triage {
-        tx.execute(
-            "INSERT INTO hermes_decompose_state (task_id, due_at_ms) VALUES (?1, ?2)",
-            params![id, created_ms],
-        )
-        .sql("scheduling the card for decomposition")?;
-    }
+    let state = CardRules::created(new.triage, new.no_auto_decompose, created_ms);
+    write_step(tx, &id, None, &state)?;
     Ok(id)
 }
 
@@ -399,11 +390,13 @@ pub(crate) fn archive(tx: &Transaction<'_>, ids: &[String]) -> Result<ArchiveRep
             [id],
         )
         .sql("archiving a card")?;
-        tx.execute(
-            "UPDATE hermes_decompose_state SET due_at_ms = NULL WHERE task_id = ?1",
-            [id],
-        )
-        .sql("retiring the card's decompose schedule")?;
+        let before = read_state(tx, id)?;
+        write_step(
+            tx,
+            id,
+            before.as_ref(),
+            &CardRules::retired(before.as_ref()),
+        )?;
         add_event_in_run(tx, id, open_run, "archived", None)?;
         report.archived.push(id.clone());
     }

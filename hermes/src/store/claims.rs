@@ -22,12 +22,11 @@
 use std::collections::HashSet;
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
-use serde_json::json;
 
-use super::board::add_event;
-use super::decompose::announce_parked;
+use super::decompose::{read_state, write_step};
 use super::{lenient, SqlResultExt, Store, StoreError};
-use crate::core::{CardBudget, LedgerOutcome, Origin};
+use crate::core::card::{Abandoned, Abandonment};
+use crate::core::{CardBudget, CardRules, LedgerOutcome, Origin};
 use crate::process;
 
 /// One claim row.
@@ -347,14 +346,6 @@ pub(crate) fn abandon(
             |r| r.get(0),
         )
         .sql("counting the abandoned attempt's requests")?;
-    let state: Option<(u32, Option<i64>, Option<i64>)> = tx
-        .query_row(
-            "SELECT attempts, due_at_ms, parked_at_ms FROM hermes_decompose_state WHERE task_id = ?1",
-            [&claim.task_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .optional()
-        .sql("reading the card's decompose state")?;
     let status: Option<String> = tx
         .query_row(
             "SELECT status FROM tasks WHERE id = ?1",
@@ -363,48 +354,37 @@ pub(crate) fn abandon(
         )
         .optional()
         .sql("reading the card")?;
+    let before = read_state(tx, &claim.task_id)?;
     // Only the attempt the claim names is closed; a later one (there cannot be one while the
     // claim stands, but a hand-edited board may say otherwise) is left alone.
-    let current = state.is_some_and(|(attempts, _, _)| attempts == claim.attempt);
-    if sent == 0 {
-        if current {
-            refund(tx, &claim.task_id, claim.attempt, now_ms)?;
+    let abandoned = CardRules::abandon(
+        budget,
+        before.as_ref(),
+        &Abandonment {
+            attempt: claim.attempt,
+            origin: &claim.origin,
+            why: &why,
+            sent: sent > 0,
+            in_triage: status.as_deref() == Some("triage"),
+            by,
+            now_ms,
+        },
+    );
+    match abandoned {
+        Abandoned::Untouched => {}
+        Abandoned::GivenBack(step) => {
+            write_step(tx, &claim.task_id, before.as_ref(), &step)?;
             recovered.refunded.push(claim.task_id.clone());
         }
-    } else if current && status.as_deref() == Some("triage") {
-        let (attempts, due, parked_at) = state.unwrap_or((claim.attempt, None, None));
-        let park = parked_at.is_none() && budget.spent(attempts);
-        let reason = format!(
-            "abandoned: {why} before recording how attempt {} went (its request may have been \
-             billed; an answer that still comes is not applied)",
-            claim.attempt
-        );
-        tx.execute(
-            "UPDATE hermes_decompose_state SET last_error = ?2,
-                 due_at_ms = CASE WHEN ?3 THEN NULL ELSE due_at_ms END,
-                 parked_at_ms = CASE WHEN ?3 THEN ?4 ELSE parked_at_ms END
-             WHERE task_id = ?1",
-            params![claim.task_id, reason, park, now_ms],
-        )
-        .sql("recording the abandoned attempt")?;
-        add_event(
-            tx,
-            &claim.task_id,
-            "decompose_failed",
-            Some(&json!({
-                "attempt": claim.attempt,
-                "reason": reason,
-                "origin": claim.origin,
-                "next_attempt_at": if park { None } else { due.map(|ms| ms as f64 / 1000.0) },
-            })),
-        )?;
-        recovered.failed.push(claim.task_id.clone());
-        if park {
-            announce_parked(tx, &claim.task_id, attempts, &reason, by)?;
-            recovered.parked.push(ParkedCard {
-                task_id: claim.task_id.clone(),
-                attempt: claim.attempt,
-            });
+        Abandoned::Failed { step, parked } => {
+            write_step(tx, &claim.task_id, before.as_ref(), &step)?;
+            recovered.failed.push(claim.task_id.clone());
+            if parked {
+                recovered.parked.push(ParkedCard {
+                    task_id: claim.task_id.clone(),
+                    attempt: claim.attempt,
+                });
+            }
         }
     }
     tx.execute(
@@ -412,24 +392,6 @@ pub(crate) fn abandon(
         params![claim.task_id, claim.owner],
     )
     .sql("removing the abandoned claim")?;
-    Ok(())
-}
-
-/// Gives an attempt that sent nothing back to the card: it is not counted, and the card is due
-/// again (board-wide guards still apply).
-pub(crate) fn refund(
-    tx: &Transaction<'_>,
-    task_id: &str,
-    attempt: u32,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    tx.execute(
-        "UPDATE hermes_decompose_state SET attempts = attempts - 1,
-             due_at_ms = CASE WHEN due_at_ms IS NULL THEN NULL ELSE MIN(due_at_ms, ?3) END
-         WHERE task_id = ?1 AND attempts = ?2 AND attempts > 0",
-        params![task_id, attempt, now_ms],
-    )
-    .sql("giving back an attempt that sent nothing")?;
     Ok(())
 }
 

@@ -13,20 +13,27 @@ use serde_json::Value;
 
 use super::tests::{ledger_of_attempt, other_process, scratch, triage_card};
 use super::*;
-use crate::core::{Backoff, CardBudget, LedgerOutcome, UNREACHABLE_MIN_PAUSE};
+use crate::core::{Backoff, CardBudget, CardRules, LedgerOutcome, UNREACHABLE_MIN_PAUSE};
 use crate::process;
 
 const MAX_ATTEMPTS: u32 = 3;
 const CLAIM_MS: i64 = 600_000;
+
+/// The card rules these tests run under: `max_attempts` attempts, a one-second backoff.
+fn rules(max_attempts: u32) -> CardRules {
+    CardRules {
+        budget: CardBudget::new(max_attempts),
+        backoff: Backoff::new(Duration::from_secs(1)),
+    }
+}
 
 fn policy(origin: Origin, now_ms: i64, max_attempts: u32, calls_per_hour: u32) -> BeginPolicy {
     BeginPolicy {
         force: false,
         origin,
         now_ms,
-        card_budget: CardBudget::new(max_attempts),
+        rules: rules(max_attempts),
         calls_per_hour,
-        backoff: Backoff::new(Duration::from_secs(1)),
         claim_until_ms: now_ms + CLAIM_MS,
     }
 }
@@ -139,8 +146,8 @@ fn a_claim_is_recorded_with_the_attempt_and_released_with_its_end() {
                 attempt: 1,
                 origin: Origin::Gateway,
                 reason: "reply rejected".into(),
-                next_due_ms: Some(now + 1_000),
-                park: false,
+                fault: None,
+                rules: rules(MAX_ATTEMPTS),
                 now_ms: now,
                 pause: None,
             },
@@ -476,8 +483,8 @@ fn an_unreachable_provider_costs_no_budget_and_pauses_the_board_longer_each_time
                 attempt: ticket.attempt,
                 origin: Origin::Manual,
                 reason: "HTTP 500".into(),
-                next_due_ms: Some(now + 7_001),
-                park: false,
+                fault: None,
+                rules: rules(MAX_ATTEMPTS),
                 now_ms: now + 7_000,
                 pause: None,
             },
@@ -506,8 +513,8 @@ fn refused(store: &mut Store, id: &str, now: i64, until: i64, request_started: i
                 attempt: ticket.attempt,
                 origin: Origin::Gateway,
                 reason: "provider call failed: HTTP 402".into(),
-                next_due_ms: Some(until),
-                park: false,
+                fault: None,
+                rules: rules(MAX_ATTEMPTS),
                 now_ms: now,
                 pause: Some(PauseRecord {
                     until_ms: until,
@@ -684,9 +691,12 @@ fn the_largest_limits_select_without_allocating_for_them() {
             &ids[0],
             &BeginPolicy {
                 claim_until_ms: crate::core::time::after(now, Duration::MAX),
-                backoff: Backoff {
-                    base: Duration::MAX,
-                    cap: Duration::MAX,
+                rules: CardRules {
+                    budget: CardBudget::new(u32::MAX),
+                    backoff: Backoff {
+                        base: Duration::MAX,
+                        cap: Duration::MAX,
+                    },
                 },
                 ..policy(Origin::Gateway, now, u32::MAX, u32::MAX)
             },
@@ -744,8 +754,8 @@ fn a_full_board_writes_nothing_and_its_error_keeps_the_cause() {
                 origin: Origin::Gateway,
                 // Needs pages the board may not grow.
                 reason: "x".repeat(200_000),
-                next_due_ms: Some(now + 1),
-                park: false,
+                fault: None,
+                rules: rules(MAX_ATTEMPTS),
                 now_ms: now,
                 pause: None,
             },
@@ -800,14 +810,14 @@ fn an_attempt_whose_claim_was_taken_over_writes_nothing_more() {
                 attempt: mine.attempt,
                 origin: Origin::Gateway,
                 reason: "late".into(),
-                next_due_ms: Some(now),
-                park: true,
+                fault: None,
+                rules: rules(MAX_ATTEMPTS),
                 now_ms: now,
                 pause: None,
             },
         )
         .unwrap();
-    assert!(!failed, "the failure is not recorded");
+    assert_eq!(failed, None, "the failure is not recorded");
     let plan = crate::core::Plan::Single {
         rationale: "late".into(),
         title: Some("the woken holder's title".into()),

@@ -15,15 +15,17 @@ use super::board::{
     add_event, canonical_assignee, insert_task_row, promote_ready, unreadable, TaskRow,
 };
 use super::claims::{
-    abandon, claim_is_ours, claim_of, new_lease, put_claim, refund, release, ClaimState, Recovered,
+    abandon, claim_is_ours, claim_of, new_lease, put_claim, release, ClaimState, Recovered,
 };
 use super::guards::{
     auto_gate, guards_in_force, set_pause, set_unreachable_pause, unreachable_streak, AutoGate,
 };
 use super::{lenient, SqlResultExt, Status, Store, StoreError};
+use crate::core::card::{Begin, Failure, Step};
 use crate::core::time::after;
 use crate::core::{
-    unreachable_pause, Backoff, BeginRefusal, CardBudget, ChildSpec, Origin, Plan, UnreachablePause,
+    unreachable_pause, BeginRefusal, CardRules, ChildSpec, DecomposeState, Origin, Plan,
+    ProviderFault, UnreachablePause,
 };
 
 /// Block kinds that wait for a person; such cards are never decomposed automatically (B7).
@@ -38,13 +40,11 @@ pub struct BeginPolicy {
     /// ticket. Automatic attempts never do.
     pub force: bool,
     pub now_ms: i64,
-    /// Automatic attempts stop once a card has spent it.
-    pub card_budget: CardBudget,
+    /// The card's budget (automatic attempts stop once a card has spent it) and its wait after
+    /// a failure, which it waits from the attempt's start until the outcome is known.
+    pub rules: CardRules,
     /// Board-wide ceiling on paid calls in any rolling hour (automatic attempts only).
     pub calls_per_hour: u32,
-    /// The card's wait after a failure. Until the outcome is known the card is treated as
-    /// failed, so a crash mid-call cannot make it due again at once.
-    pub backoff: Backoff,
     /// When the claim recorded with the attempt expires if this process's liveness cannot be
     /// told (see `store::claims`): after the last moment the attempt may still be sending.
     pub claim_until_ms: i64,
@@ -67,7 +67,7 @@ pub struct AttemptTicket {
 }
 
 /// A failed attempt, as recorded on the card.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct FailureRecord {
     pub attempt: u32,
     /// The attempt's lease ([`AttemptTicket::lease`]): nothing is recorded once another attempt
@@ -75,10 +75,10 @@ pub struct FailureRecord {
     pub fence: Option<String>,
     pub origin: Origin,
     pub reason: String,
-    /// When the card is next due; `None` when it is parked.
-    pub next_due_ms: Option<i64>,
-    /// The budget is spent: park the card.
-    pub park: bool,
+    /// The provider-wide fault behind the failure, if any (see [`CardRules::fail`]).
+    pub fault: Option<ProviderFault>,
+    /// The budget and backoff the card's next due time (or its park) follows.
+    pub rules: CardRules,
     pub now_ms: i64,
     /// A provider-wide fault's board pause, recorded in the same transaction (B5).
     pub pause: Option<PauseRecord>,
@@ -178,19 +178,19 @@ impl Store {
 
     /// Records a failed attempt: the card's next due time (or its park), the
     /// `decompose_failed` / `decompose_parked` events and any provider pause, in one transaction.
-    /// Returns `false`, having written nothing, when the attempt's claim was taken over meanwhile
-    /// (the attempt that took it closed this one already).
+    /// Returns whether the attempt parked the card (spent its budget), or `None`, having written
+    /// nothing, when the attempt's claim was taken over meanwhile (the attempt that took it
+    /// closed this one already).
     pub fn record_failure(
         &mut self,
         task_id: &str,
         failure: &FailureRecord,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<bool>, StoreError> {
         self.write(|tx| {
             if !claim_is_ours(tx, task_id, failure.fence.as_deref())? {
-                return Ok(false);
+                return Ok(None);
             }
-            record_failure(tx, task_id, failure)?;
-            Ok(true)
+            record_failure(tx, task_id, failure).map(Some)
         })
     }
 
@@ -208,7 +208,9 @@ impl Store {
             if !claim_is_ours(tx, task_id, record.fence.as_deref())? {
                 return Ok(NothingSentRecorded::ClaimLost);
             }
-            refund(tx, task_id, record.attempt, record.now_ms)?;
+            let before = read_state(tx, task_id)?;
+            let given_back = CardRules::give_back(before.as_ref(), record.attempt, record.now_ms);
+            write_step(tx, task_id, before.as_ref(), &given_back)?;
             release(tx, task_id, record.fence.as_deref())?;
             let Some(unreachable) = &record.unreachable else {
                 return Ok(NothingSentRecorded::GivenBack(None));
@@ -359,29 +361,125 @@ fn due_rows(
     Ok((due, set_aside))
 }
 
-/// A card's decompose state row, if any.
-pub(super) struct StateRow {
-    pub(super) attempts: u32,
-    pub(super) due_at_ms: Option<i64>,
-    pub(super) parked_at_ms: Option<i64>,
-    pub(super) opt_out: bool,
-}
-
-pub(super) fn state_row(conn: &Connection, task_id: &str) -> Result<Option<StateRow>, StoreError> {
+/// A card's decompose state, if it has a row; its cells read leniently (another tool's odd
+/// cell reads as unknown).
+pub(super) fn read_state(
+    conn: &Connection,
+    task_id: &str,
+) -> Result<Option<DecomposeState>, StoreError> {
     conn.query_row(
-        "SELECT attempts, due_at_ms, parked_at_ms, opt_out FROM hermes_decompose_state WHERE task_id = ?1",
+        "SELECT attempts, last_attempt_at_ms, last_error, due_at_ms, parked_at_ms, opt_out
+         FROM hermes_decompose_state WHERE task_id = ?1",
         [task_id],
         |r| {
-            Ok(StateRow {
+            Ok(DecomposeState {
                 attempts: lenient::count_u32(r, 0)?.unwrap_or(0),
-                due_at_ms: lenient::int(r, 1)?,
-                parked_at_ms: lenient::int(r, 2)?,
-                opt_out: lenient::int(r, 3)?.is_some_and(|n| n != 0),
+                last_attempt_at_ms: lenient::int(r, 1)?,
+                last_error: lenient::text(r, 2)?,
+                due_at_ms: lenient::int(r, 3)?,
+                parked_at_ms: lenient::int(r, 4)?,
+                opt_out: lenient::int(r, 5)?.is_some_and(|n| n != 0),
             })
         },
     )
     .optional()
     .sql("reading the card's decompose state")
+}
+
+/// Writes what a transition of the card's state machine decided (see `core::card`): the state
+/// it leaves, then its events. Only the cells that changed are written, so a cell this build
+/// reads leniently is never rewritten by a transition that did not touch it.
+pub(super) fn write_step(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    before: Option<&DecomposeState>,
+    step: &Step,
+) -> Result<(), StoreError> {
+    match (before, &step.after) {
+        (_, None) => {}
+        (None, Some(after)) => {
+            tx.execute(
+                "INSERT INTO hermes_decompose_state (task_id, attempts, last_attempt_at_ms,
+                     last_error, due_at_ms, parked_at_ms, opt_out)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    task_id,
+                    after.attempts,
+                    after.last_attempt_at_ms,
+                    after.last_error,
+                    after.due_at_ms,
+                    after.parked_at_ms,
+                    after.opt_out
+                ],
+            )
+            .sql("recording the card's decompose state")?;
+        }
+        (Some(before), Some(after)) => update_changed(tx, task_id, before, after)?,
+    }
+    for record in &step.records {
+        add_event(tx, task_id, record.kind, Some(&record.payload))?;
+    }
+    Ok(())
+}
+
+fn update_changed(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    before: &DecomposeState,
+    after: &DecomposeState,
+) -> Result<(), StoreError> {
+    use rusqlite::types::Value as Cell;
+    let int = |n: Option<i64>| n.map_or(Cell::Null, Cell::Integer);
+    let cells = [
+        (
+            "attempts",
+            before.attempts != after.attempts,
+            Cell::Integer(after.attempts.into()),
+        ),
+        (
+            "last_attempt_at_ms",
+            before.last_attempt_at_ms != after.last_attempt_at_ms,
+            int(after.last_attempt_at_ms),
+        ),
+        (
+            "last_error",
+            before.last_error != after.last_error,
+            after.last_error.clone().map_or(Cell::Null, Cell::Text),
+        ),
+        (
+            "due_at_ms",
+            before.due_at_ms != after.due_at_ms,
+            int(after.due_at_ms),
+        ),
+        (
+            "parked_at_ms",
+            before.parked_at_ms != after.parked_at_ms,
+            int(after.parked_at_ms),
+        ),
+        (
+            "opt_out",
+            before.opt_out != after.opt_out,
+            Cell::Integer(after.opt_out.into()),
+        ),
+    ];
+    let mut set = Vec::new();
+    let mut values = vec![Cell::Text(task_id.to_owned())];
+    for (name, _, value) in cells.into_iter().filter(|(_, changed, _)| *changed) {
+        values.push(value);
+        set.push(format!("{name} = ?{}", values.len()));
+    }
+    if set.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        &format!(
+            "UPDATE hermes_decompose_state SET {} WHERE task_id = ?1",
+            set.join(", ")
+        ),
+        rusqlite::params_from_iter(values),
+    )
+    .sql("recording the card's decompose state")?;
+    Ok(())
 }
 
 /// The card columns an attempt needs, read inside the attempt's transaction.
@@ -418,8 +516,7 @@ fn card_row(conn: &Connection, task_id: &str) -> Result<Option<CardRow>, StoreEr
 }
 
 /// Parks a card whose text cannot be sent (see [`CardRow::unreadable`]), with its
-/// `decompose_parked` event: no automatic path picks it again until a person fixes the row and
-/// unparks it. Its attempts are left as they were.
+/// `decompose_parked` event (see [`CardRules::set_aside`]).
 fn park_unreadable(
     tx: &Transaction<'_>,
     task_id: &str,
@@ -427,36 +524,9 @@ fn park_unreadable(
     now_ms: i64,
     by: Origin,
 ) -> Result<(), StoreError> {
-    let reason = format!("set aside without a request: {why}");
-    tx.execute(
-        "INSERT INTO hermes_decompose_state (task_id, due_at_ms, parked_at_ms, last_error)
-         VALUES (?1, NULL, ?2, ?3)
-         ON CONFLICT(task_id) DO UPDATE SET due_at_ms = NULL,
-             parked_at_ms = COALESCE(parked_at_ms, ?2), last_error = ?3",
-        params![task_id, now_ms, reason],
-    )
-    .sql("setting aside a card that cannot be read")?;
-    let attempts = state_row(tx, task_id)?.map_or(0, |s| s.attempts);
-    announce_parked(tx, task_id, attempts, &reason, by)
-}
-
-/// The `decompose_parked` event, written wherever a card is parked: how many attempts it had,
-/// why, and which path parked it (`by`: the process that owes the card's one WARN, when it is a
-/// gateway).
-pub(crate) fn announce_parked(
-    tx: &Transaction<'_>,
-    task_id: &str,
-    attempts: u32,
-    reason: &str,
-    by: Origin,
-) -> Result<(), StoreError> {
-    add_event(
-        tx,
-        task_id,
-        "decompose_parked",
-        Some(&json!({"attempts": attempts, "reason": reason, "by": by.as_str()})),
-    )?;
-    Ok(())
+    let before = read_state(tx, task_id)?;
+    let step = CardRules::set_aside(before.as_ref(), why, by, now_ms);
+    write_step(tx, task_id, before.as_ref(), &step)
 }
 
 /// A card an automatic path set aside because its text cannot be read (see
@@ -497,12 +567,12 @@ fn begin_attempt(
             &claim,
             state,
             policy.now_ms,
-            policy.card_budget,
+            policy.rules.budget,
             policy.origin,
             &mut Recovered::default(),
         )?;
     }
-    let state = state_row(tx, task_id)?;
+    let state = read_state(tx, task_id)?;
     if let Some(why) = &card.unreadable {
         if policy.origin.is_automatic() && state.as_ref().is_none_or(|s| s.parked_at_ms.is_none()) {
             park_unreadable(tx, task_id, why, policy.now_ms, policy.origin)?;
@@ -519,36 +589,27 @@ fn begin_attempt(
             return Ok(Err(in_force.swap_remove(0)));
         }
     }
-    if policy.origin.is_automatic() {
-        if let Some(refusal) = automatic_refusal(tx, &card, state.as_ref(), policy)? {
-            let never_parked = state.as_ref().is_none_or(|s| s.parked_at_ms.is_none());
-            if let (BeginRefusal::Parked { attempts }, true) = (&refusal, never_parked) {
-                // The budget is spent but the card was never parked: its last attempt died before
-                // recording its end, or the budget was lowered since. Left due, it would be picked
-                // and refused on every tick, holding a slot fresh cards need (B2).
-                park_spent_card(tx, task_id, *attempts, policy)?;
-            }
+    let automatic = policy
+        .origin
+        .is_automatic()
+        .then(|| (policy.origin, hold(&card)));
+    let attempt = match policy.rules.begin(state.as_ref(), automatic, policy.now_ms) {
+        Begin::Refused { refusal, step } => {
+            write_step(tx, task_id, state.as_ref(), &step)?;
             return Ok(Err(refusal));
         }
-    }
-    let attempt = state.as_ref().map_or(0, |s| s.attempts).saturating_add(1);
-    // A card that is not automatically schedulable stays so after a manual attempt. A card
-    // switched off keeps its schedule (for when it is switched back on), so its backoff moves
-    // with the attempt too.
-    let schedulable = state
-        .as_ref()
-        .is_none_or(|s| s.parked_at_ms.is_none() && s.due_at_ms.is_some());
-    let due = schedulable.then(|| policy.backoff.due_ms(policy.now_ms, attempt));
-    tx.execute(
-        "INSERT INTO hermes_decompose_state (task_id, attempts, last_attempt_at_ms, due_at_ms)
-         VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT(task_id) DO UPDATE SET
-             attempts = excluded.attempts,
-             last_attempt_at_ms = excluded.last_attempt_at_ms,
-             due_at_ms = excluded.due_at_ms",
-        params![task_id, attempt, policy.now_ms, due],
-    )
-    .sql("recording the attempt")?;
+        Begin::Counted { step, attempt } => {
+            // The card's own guards passed; the board-wide ones come last, so a card refused for
+            // itself is never reported as held back by the board.
+            if policy.origin.is_automatic() {
+                if let Some(refusal) = board_refusal(tx, policy)? {
+                    return Ok(Err(refusal));
+                }
+            }
+            write_step(tx, task_id, state.as_ref(), &step)?;
+            attempt
+        }
+    };
     let lease = new_lease()?;
     put_claim(
         tx,
@@ -569,64 +630,22 @@ fn begin_attempt(
     }))
 }
 
-fn park_spent_card(
-    tx: &Transaction<'_>,
-    task_id: &str,
-    attempts: u32,
-    policy: &BeginPolicy,
-) -> Result<(), StoreError> {
-    tx.execute(
-        "INSERT INTO hermes_decompose_state (task_id, attempts, due_at_ms, parked_at_ms)
-         VALUES (?1, ?3, NULL, ?2)
-         ON CONFLICT(task_id) DO UPDATE SET due_at_ms = NULL, parked_at_ms = ?2",
-        params![task_id, policy.now_ms, attempts],
-    )
-    .sql("parking a card whose budget is spent")?;
-    announce_parked(
-        tx,
-        task_id,
-        attempts,
-        &policy.card_budget.spent_reason(attempts),
-        policy.origin,
-    )?;
-    Ok(())
-}
-
-fn automatic_refusal(
-    conn: &Connection,
-    card: &CardRow,
-    state: Option<&StateRow>,
-    policy: &BeginPolicy,
-) -> Result<Option<BeginRefusal>, StoreError> {
-    if state.is_some_and(|s| s.opt_out) {
-        return Ok(Some(BeginRefusal::OptedOut));
-    }
-    // A card with no state row yet has had no attempt; with a budget of 0 it gets none.
-    let attempts = state.map_or(0, |s| s.attempts);
-    if state.is_some_and(|s| s.parked_at_ms.is_some()) || policy.card_budget.spent(attempts) {
-        return Ok(Some(BeginRefusal::Parked { attempts }));
-    }
+/// The card's human hold, if it has one (B7): it has run before, or it is blocked on a person.
+fn hold(card: &CardRow) -> Option<String> {
     if card.started_at.is_some() {
-        return Ok(Some(BeginRefusal::Hold {
-            why: "the card has run before".to_owned(),
-        }));
+        return Some("the card has run before".to_owned());
     }
-    if let Some(kind) = card
-        .block_kind
+    card.block_kind
         .as_deref()
         .filter(|k| HUMAN_BLOCK_KINDS.contains(k))
-    {
-        return Ok(Some(BeginRefusal::Hold {
-            why: format!("blocked on {kind}"),
-        }));
-    }
-    match state.map(|s| s.due_at_ms) {
-        Some(None) => return Ok(Some(BeginRefusal::NotScheduled)),
-        Some(Some(due)) if due > policy.now_ms => {
-            return Ok(Some(BeginRefusal::InBackoff { until_ms: due }))
-        }
-        _ => {}
-    }
+        .map(|kind| format!("blocked on {kind}"))
+}
+
+/// The board-wide guard that holds an automatic attempt back, if one does.
+fn board_refusal(
+    conn: &Connection,
+    policy: &BeginPolicy,
+) -> Result<Option<BeginRefusal>, StoreError> {
     Ok(
         match auto_gate(conn, policy.now_ms, policy.calls_per_hour)? {
             AutoGate::Open { .. } => None,
@@ -644,46 +663,19 @@ fn record_failure(
     tx: &Transaction<'_>,
     task_id: &str,
     failure: &FailureRecord,
-) -> Result<(), StoreError> {
-    let state = state_row(tx, task_id)?;
-    let already_parked = state.as_ref().is_some_and(|s| s.parked_at_ms.is_some());
-    let schedulable = state
-        .as_ref()
-        .is_some_and(|s| s.parked_at_ms.is_none() && s.due_at_ms.is_some());
-    let due = if failure.park || !schedulable {
-        None
-    } else {
-        failure.next_due_ms
-    };
-    tx.execute(
-        "UPDATE hermes_decompose_state SET
-             last_error = ?2,
-             due_at_ms = ?3,
-             parked_at_ms = CASE WHEN ?4 THEN COALESCE(parked_at_ms, ?5) ELSE parked_at_ms END
-         WHERE task_id = ?1",
-        params![task_id, failure.reason, due, failure.park, failure.now_ms],
-    )
-    .sql("recording the failed attempt")?;
-    add_event(
-        tx,
-        task_id,
-        "decompose_failed",
-        Some(&json!({
-            "attempt": failure.attempt,
-            "reason": failure.reason,
-            "origin": failure.origin.as_str(),
-            "next_attempt_at": due.map(|ms| ms as f64 / 1000.0),
-        })),
-    )?;
-    if failure.park && !already_parked {
-        announce_parked(
-            tx,
-            task_id,
-            failure.attempt,
-            &failure.reason,
-            failure.origin,
-        )?;
-    }
+) -> Result<bool, StoreError> {
+    let before = read_state(tx, task_id)?;
+    let failed = failure.rules.fail(
+        before.as_ref(),
+        &Failure {
+            attempt: failure.attempt,
+            origin: failure.origin,
+            reason: &failure.reason,
+            fault: failure.fault.as_ref(),
+            now_ms: failure.now_ms,
+        },
+    );
+    write_step(tx, task_id, before.as_ref(), &failed.step)?;
     if let Some(pause) = &failure.pause {
         set_pause(
             tx,
@@ -694,7 +686,7 @@ fn record_failure(
         )?;
     }
     release(tx, task_id, failure.fence.as_deref())?;
-    Ok(())
+    Ok(failed.parked)
 }
 
 fn apply_plan(
@@ -714,11 +706,13 @@ fn apply_plan(
     // Whatever happens next, the card is no longer waiting for an automatic attempt, and this
     // attempt is over.
     release(tx, task_id, opts.fence.as_deref())?;
-    tx.execute(
-        "UPDATE hermes_decompose_state SET due_at_ms = NULL, last_error = NULL WHERE task_id = ?1",
-        [task_id],
-    )
-    .sql("closing the card's decompose schedule")?;
+    let before = read_state(tx, task_id)?;
+    write_step(
+        tx,
+        task_id,
+        before.as_ref(),
+        &CardRules::answered(before.as_ref()),
+    )?;
     if card.status != Status::Triage.as_str() {
         return Ok(ApplyResult::LeftTriage {
             status: card.status,

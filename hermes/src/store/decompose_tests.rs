@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::tests::{kinds, ledger_of_attempt, other_process, scratch, triage_card};
 use super::*;
-use crate::core::{CardBudget, ChildSpec, LedgerOutcome, Plan};
+use crate::core::{CardBudget, CardRules, ChildSpec, LedgerOutcome, Plan};
 
 const MAX_ATTEMPTS: u32 = 3;
 const CALLS_PER_HOUR: u32 = 2;
@@ -29,14 +29,20 @@ fn test_backoff() -> crate::core::Backoff {
     crate::core::Backoff::new(Duration::from_millis(PROVISIONAL_STEP_MS as u64))
 }
 
+fn test_rules() -> CardRules {
+    CardRules {
+        budget: CardBudget::new(MAX_ATTEMPTS),
+        backoff: test_backoff(),
+    }
+}
+
 fn policy(origin: Origin, now_ms: i64) -> BeginPolicy {
     BeginPolicy {
         force: false,
         origin,
         now_ms,
-        card_budget: CardBudget::new(MAX_ATTEMPTS),
+        rules: test_rules(),
         calls_per_hour: CALLS_PER_HOUR,
-        backoff: test_backoff(),
         claim_until_ms: now_ms + CLAIM_MS,
     }
 }
@@ -535,10 +541,7 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
         let at = t0 + i64::from(attempt) * 10_000;
         begin(&mut store, &poison, Origin::Gateway, at).unwrap();
         store
-            .record_failure(
-                &poison,
-                &failure(attempt, Origin::Gateway, Some(at + 1), at),
-            )
+            .record_failure(&poison, &failure(attempt, Origin::Gateway, at))
             .unwrap();
     }
     // The last attempt is counted and its request leaves; then the process dies (SIGKILL, power
@@ -609,14 +612,14 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
 // record_failure
 // ---------------------------------------------------------------------------------------------
 
-fn failure(attempt: u32, origin: Origin, next_due_ms: Option<i64>, now: i64) -> FailureRecord {
+fn failure(attempt: u32, origin: Origin, now: i64) -> FailureRecord {
     FailureRecord {
         fence: None,
         attempt,
         origin,
         reason: format!("reply rejected: attempt {attempt}"),
-        next_due_ms,
-        park: next_due_ms.is_none(),
+        fault: None,
+        rules: test_rules(),
         now_ms: now,
         pause: None,
     }
@@ -628,9 +631,9 @@ fn a_failure_schedules_the_card_and_says_when_in_its_event() {
     let id = triage_card(&mut store, "flaky");
     let now = now_ms();
     begin(&mut store, &id, Origin::Sweep, now).unwrap();
-    let next = now + 5_000;
+    let next = test_backoff().due_ms(now, 1);
     store
-        .record_failure(&id, &failure(1, Origin::Sweep, Some(next), now))
+        .record_failure(&id, &failure(1, Origin::Sweep, now))
         .unwrap();
 
     let failed = payloads_of(&store, &id, "decompose_failed");
@@ -672,9 +675,8 @@ fn the_budget_parks_once_even_when_a_parked_card_fails_again_by_hand() {
             begin(&mut store, &id, Origin::Gateway, at).unwrap().attempt,
             attempt
         );
-        let next = (attempt < MAX_ATTEMPTS).then_some(at + 1);
         store
-            .record_failure(&id, &failure(attempt, Origin::Gateway, next, at))
+            .record_failure(&id, &failure(attempt, Origin::Gateway, at))
             .unwrap();
     }
     let parked_at = t0 + i64::from(MAX_ATTEMPTS) * 10_000;
@@ -703,9 +705,9 @@ fn the_budget_parks_once_even_when_a_parked_card_fails_again_by_hand() {
         4
     );
     store
-        .record_failure(&id, &failure(4, Origin::Manual, None, later))
+        .record_failure(&id, &failure(4, Origin::Manual, later))
         .unwrap();
-    // Even a failure record that offers a next time cannot reschedule a parked card.
+    // A failure that would otherwise schedule the card cannot reschedule a parked one.
     assert_eq!(
         begin(&mut store, &id, Origin::Manual, later + 1)
             .unwrap()
@@ -713,7 +715,7 @@ fn the_budget_parks_once_even_when_a_parked_card_fails_again_by_hand() {
         5
     );
     store
-        .record_failure(&id, &failure(5, Origin::Manual, Some(later + 2), later + 1))
+        .record_failure(&id, &failure(5, Origin::Manual, later + 1))
         .unwrap();
 
     let failed = payloads_of(&store, &id, "decompose_failed");
@@ -753,7 +755,7 @@ fn a_failed_manual_attempt_on_an_opted_out_card_keeps_it_unscheduled() {
     let now = now_ms();
     begin(&mut store, &id, Origin::Manual, now).unwrap();
     store
-        .record_failure(&id, &failure(1, Origin::Manual, Some(now + 1), now))
+        .record_failure(&id, &failure(1, Origin::Manual, now))
         .unwrap();
     let after = state(&store, &id);
     assert_eq!(

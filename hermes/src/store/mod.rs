@@ -274,21 +274,7 @@ impl FromStr for Status {
 }
 
 /// Our per-card decompose bookkeeping (`hermes_decompose_state`), when the card has a row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecomposeState {
-    /// Paid attempts recorded so far.
-    pub attempts: u32,
-    /// When the last attempt was recorded (ms since the epoch).
-    pub last_attempt_at_ms: Option<i64>,
-    /// Why the last attempt failed.
-    pub last_error: Option<String>,
-    /// When the card is next eligible for an automatic attempt; `None` = never.
-    pub due_at_ms: Option<i64>,
-    /// When the card's budget ran out.
-    pub parked_at_ms: Option<i64>,
-    /// Created with `--no-auto-decompose`.
-    pub opt_out: bool,
-}
+pub use crate::core::DecomposeState;
 
 /// One card, with the columns the CLI shows (upstream's `show --json` set plus `block_kind`).
 #[derive(Debug, Clone, PartialEq)]

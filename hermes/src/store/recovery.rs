@@ -7,11 +7,11 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::Serialize;
 use serde_json::json;
 
-use super::board::add_event;
 use super::claims::{abandon, claim_of, ClaimState, Recovered};
-use super::decompose::{state_row, StateRow};
+use super::decompose::{read_state, write_step};
 use super::guards::{board_pause, unreachable_pause, PAUSE_KEY, UNREACHABLE_KEY};
-use crate::core::{CardBudget, Origin};
+use crate::core::card::scheduled;
+use crate::core::{CardBudget, CardRules, Origin};
 
 use super::{lenient, BeginRefusal, SqlResultExt, Status, Store, StoreError};
 
@@ -255,37 +255,22 @@ fn unpark(
             &mut Recovered::default(),
         )?;
     }
-    let state = state_row(tx, task_id)?;
-    let attempts = state.as_ref().map_or(0, |s| s.attempts);
-    let Some(state) = state.filter(|s| s.parked_at_ms.is_some() || budget.spent(s.attempts)) else {
-        return Ok(Err(UnparkRefusal::NotParked {
-            task_id: task_id.to_owned(),
-            attempts,
-            max_attempts: budget.max,
-        }));
+    let before = read_state(tx, task_id)?;
+    let step = match CardRules::unpark(budget, before.as_ref(), by, now_ms) {
+        Ok(step) => step,
+        Err(attempts) => {
+            return Ok(Err(UnparkRefusal::NotParked {
+                task_id: task_id.to_owned(),
+                attempts,
+                max_attempts: budget.max,
+            }))
+        }
     };
-    let due = (!state.opt_out).then_some(now_ms);
-    tx.execute(
-        "UPDATE hermes_decompose_state
-         SET attempts = 0, parked_at_ms = NULL, last_error = NULL, due_at_ms = ?2
-         WHERE task_id = ?1",
-        params![task_id, due],
-    )
-    .sql("resetting the card's budget")?;
-    add_event(
-        tx,
-        task_id,
-        "decompose_unparked",
-        Some(&json!({
-            "attempts": state.attempts,
-            "by": by,
-            "next_attempt_at": due.map(|ms| ms as f64 / 1000.0),
-        })),
-    )?;
+    write_step(tx, task_id, before.as_ref(), &step)?;
     Ok(Ok(Unparked {
         task_id: task_id.to_owned(),
-        attempts_before: state.attempts,
-        next_attempt_at_ms: due,
+        attempts_before: before.map_or(0, |s| s.attempts),
+        next_attempt_at_ms: scheduled(step.after.as_ref()),
     }))
 }
 
@@ -316,50 +301,22 @@ fn set_auto_decompose(
     let Some(status) = status(tx, task_id)? else {
         return Err(StoreError::NoSuchTask(task_id.to_owned()));
     };
-    let before = state_row(tx, task_id)?;
-    // A card without a state row has never been opted out.
-    let was_enabled = before.as_ref().is_none_or(|s| !s.opt_out);
-    // An opted-out card is not scheduled, whatever due time it keeps for when it is back.
-    let scheduled =
-        |state: Option<&StateRow>| state.filter(|s| !s.opt_out).and_then(|s| s.due_at_ms);
-    let unchanged = |state: Option<&StateRow>| AutoDecomposeSwitch {
-        task_id: task_id.to_owned(),
-        enabled,
-        changed: false,
-        next_attempt_at_ms: scheduled(state),
+    let before = read_state(tx, task_id)?;
+    let in_triage = status == Status::Triage.as_str();
+    let Some(step) = CardRules::switch(before.as_ref(), enabled, in_triage, by, now_ms) else {
+        return Ok(AutoDecomposeSwitch {
+            task_id: task_id.to_owned(),
+            enabled,
+            changed: false,
+            next_attempt_at_ms: scheduled(before.as_ref()),
+        });
     };
-    if was_enabled == enabled {
-        return Ok(unchanged(before.as_ref()));
-    }
-    // Off keeps the card's due time: a card in backoff that is switched off and on again still
-    // waits out its backoff, and its budget (attempts) is never touched here. On schedules a card
-    // that never had a due time (created opted out, or written by another tool) now.
-    let kept = before.as_ref().and_then(|s| s.due_at_ms);
-    let due = if enabled {
-        let schedulable = status == Status::Triage.as_str()
-            && before.as_ref().is_none_or(|s| s.parked_at_ms.is_none());
-        schedulable.then(|| kept.unwrap_or(now_ms))
-    } else {
-        kept
-    };
-    tx.execute(
-        "INSERT INTO hermes_decompose_state (task_id, opt_out, due_at_ms) VALUES (?1, ?2, ?3)
-         ON CONFLICT(task_id) DO UPDATE SET opt_out = excluded.opt_out,
-             due_at_ms = excluded.due_at_ms",
-        params![task_id, !enabled, due],
-    )
-    .sql("switching the card's auto-decompose")?;
-    let kind = if enabled {
-        "auto_decompose_enabled"
-    } else {
-        "auto_decompose_disabled"
-    };
-    add_event(tx, task_id, kind, Some(&json!({"by": by})))?;
+    write_step(tx, task_id, before.as_ref(), &step)?;
     Ok(AutoDecomposeSwitch {
         task_id: task_id.to_owned(),
         enabled,
         changed: true,
-        next_attempt_at_ms: due.filter(|_| enabled),
+        next_attempt_at_ms: scheduled(step.after.as_ref()),
     })
 }
 

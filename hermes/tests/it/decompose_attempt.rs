@@ -10,7 +10,7 @@ use fixtures::aux_model::{AuxModel, Reply};
 use hermes::config::Config;
 use hermes::core::{Applied, AttemptOutcome, ProviderFault};
 use hermes::decompose::attempt::{
-    backoff, run_attempt, run_manual_attempt, AttemptContext, AttemptError, SHUTDOWN_ANSWER_WAIT,
+    run_attempt, run_manual_attempt, AttemptContext, AttemptError, SHUTDOWN_ANSWER_WAIT,
 };
 use hermes::store::{now_ms, BeginRefusal, DecomposeState, NewTask, Origin, Status, Store};
 use rstest::rstest;
@@ -418,7 +418,7 @@ fn a_malformed_reply_fails_the_attempt_and_the_card_waits_out_the_backoff() {
     ));
     let board = Board::new("vague");
     let cfg = config(&server);
-    let backoff = backoff(&cfg).due_ms(0, 1);
+    let backoff = cfg.card_rules().backoff.due_ms(0, 1);
     assert_eq!(backoff, 60_000);
     let ctx = context(cfg, &board);
 
