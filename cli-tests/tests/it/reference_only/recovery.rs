@@ -148,11 +148,15 @@ fn unpark_gives_a_parked_card_a_fresh_budget_and_a_sweep_decomposes_it_with_one_
 ) {
     let aux = board.aux();
     let card = board.create("an idea the model failed twice", &["--triage"]);
+    // Parked beside it, and not named: an unpark is for one card only.
+    let bystander = board.create("another idea the model failed twice", &["--triage"]);
     aux.reply(&card, Reply::malformed());
+    aux.reply(&bystander, Reply::malformed());
     for _ in 0..3 {
         decompose_all(&board);
     }
     let parked = shown_decompose_state(&board, &card);
+    let bystander_before = shown_decompose_state(&board, &bystander);
     aux.reply(&card, Reply::graph(2, &[]));
 
     let before = unix_secs_now();
@@ -166,6 +170,7 @@ fn unpark_gives_a_parked_card_a_fresh_budget_and_a_sweep_decomposes_it_with_one_
     ]);
     let after = unix_secs_now();
     let shown = shown_decompose_state(&board, &card);
+    let bystander_after = shown_decompose_state(&board, &bystander);
     let unparked_events = board.rows().events(&card, "decompose_unparked");
     let bills_before_sweep = aux.billed_for(&card);
     let sweep = decompose_all(&board);
@@ -203,6 +208,16 @@ fn unpark_gives_a_parked_card_a_fresh_budget_and_a_sweep_decomposes_it_with_one_
                 event.payload["attempts"] == json!(2) && event.payload["by"] == json!(OPERATOR)
             }),
             || format!("the event names the spent budget and who: {unparked_events:?}"),
+        )
+        .equal(
+            "the bystander parked before",
+            &bystander_before["parked"],
+            &json!(true),
+        )
+        .equal(
+            "the bystander after (untouched)",
+            &bystander_after,
+            &bystander_before,
         )
         .verdict("unpark resets the budget and makes the card due now, with an event")
         .context(|| format!("{unpark}\n{}", board.diag(&card)))
