@@ -331,11 +331,15 @@ fn due_rows(
                AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                                WHERE c.task_id = s.task_id AND c.until_ms > ?1)
                AND t.status = 'triage' AND t.started_at IS NULL
-               AND (t.block_kind IS NULL OR t.block_kind NOT IN ('needs_input', 'capability'))
+               AND (t.block_kind IS NULL OR t.block_kind NOT IN (?2, ?3))
              ORDER BY s.due_at_ms, s.task_id",
         )
         .sql("selecting due cards")?;
-    let mut rows = stmt.query([now_ms]).sql("selecting due cards")?;
+    // The holds come from the one list; a list of another length does not compile here.
+    let [first_hold, second_hold] = HUMAN_BLOCK_KINDS;
+    let mut rows = stmt
+        .query(params![now_ms, first_hold, second_hold])
+        .sql("selecting due cards")?;
     // Grows with what is found, never with `limit`: that comes from config and may be huge.
     let mut due = Vec::new();
     let mut set_aside = Vec::new();
