@@ -6,12 +6,11 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde_json::{json, Value};
 
-use super::decompose::{read_state, write_step};
+use super::decompose::{read_state, state_cells, write_step};
 use super::lenient;
 use super::pyjson::to_payload_text;
 use super::{
-    ArchiveReport, Comment, DecomposeState, Event, ListFilter, NewTask, SqlResultExt, Status,
-    StoreError, Task,
+    ArchiveReport, Comment, Event, ListFilter, NewTask, SqlResultExt, Status, StoreError, Task,
 };
 use crate::core::CardRules;
 
@@ -467,14 +466,7 @@ fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
     let decompose = match r.get::<_, Option<String>>("d_task_id")? {
         None => None,
         // Our own columns, read leniently: another tool's odd cell shows as unknown.
-        Some(_) => Some(DecomposeState {
-            attempts: lenient::count_u32(r, "d_attempts")?.unwrap_or(0),
-            last_attempt_at_ms: lenient::int(r, "d_last_attempt_at_ms")?,
-            last_error: lenient::text(r, "d_last_error")?,
-            due_at_ms: lenient::int(r, "d_due_at_ms")?,
-            parked_at_ms: lenient::int(r, "d_parked_at_ms")?,
-            opt_out: lenient::int(r, "d_opt_out")?.is_some_and(|n| n != 0),
-        }),
+        Some(_) => Some(state_cells(r)?),
     };
     Ok(RawTask {
         status: lenient::text(r, "status")?.unwrap_or_default(),

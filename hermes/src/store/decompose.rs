@@ -372,22 +372,28 @@ pub(super) fn read_state(
     task_id: &str,
 ) -> Result<Option<DecomposeState>, StoreError> {
     conn.query_row(
-        "SELECT attempts, last_attempt_at_ms, last_error, due_at_ms, parked_at_ms, opt_out
+        "SELECT attempts AS d_attempts, last_attempt_at_ms AS d_last_attempt_at_ms,
+             last_error AS d_last_error, due_at_ms AS d_due_at_ms,
+             parked_at_ms AS d_parked_at_ms, opt_out AS d_opt_out
          FROM hermes_decompose_state WHERE task_id = ?1",
         [task_id],
-        |r| {
-            Ok(DecomposeState {
-                attempts: lenient::count_u32(r, 0)?.unwrap_or(0),
-                last_attempt_at_ms: lenient::int(r, 1)?,
-                last_error: lenient::text(r, 2)?,
-                due_at_ms: lenient::int(r, 3)?,
-                parked_at_ms: lenient::int(r, 4)?,
-                opt_out: lenient::int(r, 5)?.is_some_and(|n| n != 0),
-            })
-        },
+        state_cells,
     )
     .optional()
     .sql("reading the card's decompose state")
+}
+
+/// A decompose state from a row that names its cells `d_attempts`, `d_due_at_ms`, … (a card's
+/// own row, or one joined to its card).
+pub(super) fn state_cells(r: &rusqlite::Row<'_>) -> rusqlite::Result<DecomposeState> {
+    Ok(DecomposeState {
+        attempts: lenient::count_u32(r, "d_attempts")?.unwrap_or(0),
+        last_attempt_at_ms: lenient::int(r, "d_last_attempt_at_ms")?,
+        last_error: lenient::text(r, "d_last_error")?,
+        due_at_ms: lenient::int(r, "d_due_at_ms")?,
+        parked_at_ms: lenient::int(r, "d_parked_at_ms")?,
+        opt_out: lenient::int(r, "d_opt_out")?.is_some_and(|n| n != 0),
+    })
 }
 
 /// Writes what a transition of the card's state machine decided (see `core::card`): the state
