@@ -4,6 +4,7 @@
 
 use fixtures::aux_model::child_title;
 use fixtures::prelude::*;
+use fixtures::rows::child_ids;
 use fixtures::snapshot::{BoardRows, Redactor};
 use rstest::rstest;
 use serde_json::{json, Value};
@@ -15,19 +16,6 @@ fn redacted_line(board: &Board, root: &str, line: &Value) -> Value {
     let mut redactor = Redactor::new();
     BoardRows::capture_with(board, &[root], &mut redactor);
     redactor.value(line)
-}
-
-/// The ids a line's `child_ids` lists.
-fn child_ids(line: &Value) -> Vec<String> {
-    line["child_ids"]
-        .as_array()
-        .map(|ids| {
-            ids.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[rstest]

@@ -8,26 +8,6 @@ use fixtures::rows::NotText;
 use rstest::rstest;
 use serde_json::Value;
 
-/// The ways another tool's text may not be text, and the column it lands in.
-pub const NOT_TEXT: [(&str, NotText); 2] =
-    [("title", NotText::InvalidUtf8), ("body", NotText::Blob)];
-
-/// One triage card per [`NOT_TEXT`], as another tool left it.
-pub fn arrange_cards_not_text(board: &Board) -> Vec<String> {
-    NOT_TEXT
-        .into_iter()
-        .map(|(column, what)| {
-            let card = board.create(
-                &format!("written by another tool ({column}: {})", what.describe()),
-                &["--triage", "--body", "to be replaced"],
-            );
-            let changed = board.rows().arrange_not_text(&card, column, what);
-            assert_eq!(changed, 1, "{card}: no such card");
-            card
-        })
-        .collect()
-}
-
 /// The ids in a `kanban list --json` output, when it is a JSON array of cards.
 fn listed_ids(output: &CliOutput) -> Option<Vec<String>> {
     let listed: Value = serde_json::from_str(&output.stdout).ok()?;
@@ -43,7 +23,7 @@ fn listed_ids(output: &CliOutput) -> Option<Vec<String>> {
 #[rstest]
 fn a_sweep_goes_past_cards_whose_text_is_not_text_and_list_and_show_print_them(board: Board) {
     let aux = board.aux();
-    let unreadable = arrange_cards_not_text(&board);
+    let unreadable = board.arrange_cards_not_text();
     let fresh = board.create("a fresh idea", &["--triage"]);
 
     let sweep = board.cli_unchecked(["kanban", "decompose", "--all", "--json"]);
@@ -76,7 +56,7 @@ fn a_sweep_goes_past_cards_whose_text_is_not_text_and_list_and_show_print_them(b
     .context(|| list.to_string())
     .gap(GapKind::UnreadableCardBlocks);
 
-    for ((column, what), card) in NOT_TEXT.iter().zip(&unreadable) {
+    for ((column, what), card) in NotText::BY_COLUMN.iter().zip(&unreadable) {
         let show = board.cli_unchecked(["kanban", "show", card.as_str(), "--json"]);
         let shown = serde_json::from_str::<Value>(&show.stdout)
             .ok()

@@ -1,7 +1,6 @@
 //! Cards whose decomposition keeps failing never take the per-tick slots from fresh cards.
 
 use fixtures::prelude::*;
-use fixtures::rows::NotText;
 use rstest::rstest;
 
 use crate::support::blocked_probe_timeout;
@@ -58,29 +57,13 @@ fn fresh_card_is_decomposed_although_failing_cards_came_first(
         .gap(GapKind::RebilledAfterDecompose);
 }
 
-/// The cards another tool wrote with text that is not text: one per way it can go wrong, as
-/// many as the per-tick slots.
-pub fn arrange_cards_not_text(board: &Board) -> Vec<String> {
-    [("title", NotText::InvalidUtf8), ("body", NotText::Blob)]
-        .into_iter()
-        .map(|(column, what)| {
-            let card = board.create(
-                &format!("written by another tool ({column}: {})", what.describe()),
-                &["--triage", "--body", "to be replaced"],
-            );
-            let changed = board.rows().arrange_not_text(&card, column, what);
-            assert_eq!(changed, 1, "{card}: no such card");
-            card
-        })
-        .collect()
-}
-
 #[rstest]
 fn cards_whose_text_is_not_text_never_take_a_fresh_cards_slot(
     #[with(Config::gateway().per_tick(SLOTS_PER_TICK))] board: Board,
 ) {
     let aux = board.aux();
-    let unreadable = arrange_cards_not_text(&board);
+    // One per way text can go wrong: as many as the per-tick slots.
+    let unreadable = board.arrange_cards_not_text();
     let fresh = board.create("a fresh idea", &["--triage"]);
 
     let mut run = board.scenario();

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::support::{self, run_command, Scratch};
+use crate::support::Scratch;
+use fixtures::cli::CliOutput;
 use rusqlite::Connection;
 use serde_json::Value;
 
@@ -45,7 +46,7 @@ fn assert_task_shape(v: &Value) {
 }
 
 /// The last line of stderr, which under `--json` must be the error as one JSON object.
-pub fn json_error(out: &support::Out) -> Value {
+pub fn json_error(out: &CliOutput) -> Value {
     let line = out.stderr.lines().last().unwrap_or_default();
     serde_json::from_str(line)
         .unwrap_or_else(|e| panic!("the error is not one JSON object ({e}): {out:?}"))
@@ -566,10 +567,7 @@ fn hostile_titles_round_trip_exactly() {
 #[test]
 fn no_home_at_all_is_a_clear_error() {
     let s = Scratch::new();
-    let mut cmd = s.command(&["kanban", "list"]);
-    cmd.env_remove("HOME").env_remove("HERMES_HOME");
-    let out = run_command(cmd, support::CALL_TIMEOUT);
-    support::assert_no_panic(&out);
+    let out = s.run_env(&["kanban", "list"], &["HOME", "HERMES_HOME"], &[]);
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(
         out.stderr.contains("neither HERMES_HOME nor HOME is set"),
@@ -580,9 +578,7 @@ fn no_home_at_all_is_a_clear_error() {
 #[test]
 fn hermes_home_defaults_to_dot_hermes_under_home() {
     let s = Scratch::new();
-    let mut cmd = s.command(&["kanban", "init"]);
-    cmd.env_remove("HERMES_HOME");
-    let out = run_command(cmd, support::CALL_TIMEOUT);
+    let out = s.run_env(&["kanban", "init"], &["HERMES_HOME"], &[]);
     assert!(out.success(), "{out:?}");
     assert!(s.home().join(".hermes/kanban.db").is_file());
 }
@@ -590,25 +586,21 @@ fn hermes_home_defaults_to_dot_hermes_under_home() {
 #[test]
 fn concurrent_first_use_of_a_fresh_board_loses_no_card() {
     let s = Scratch::new();
-    let children: Vec<_> = (0..8)
-        .map(|i| {
-            let mut cmd = s.command(&[
-                "kanban",
-                "create",
-                &format!("racer {i}"),
-                "--triage",
-                "--json",
-            ]);
-            cmd.stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped());
-            cmd.spawn().expect("spawning hermes")
-        })
-        .collect();
-    for child in children {
-        let out = child.wait_with_output().expect("waiting for hermes");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{stderr}");
-    }
+    // Eight calls at once, one thread each.
+    std::thread::scope(|scope| {
+        for i in 0..8 {
+            let s = &s;
+            scope.spawn(move || {
+                s.ok(&[
+                    "kanban",
+                    "create",
+                    &format!("racer {i}"),
+                    "--triage",
+                    "--json",
+                ])
+            });
+        }
+    });
     assert_eq!(rows(&s.db(), "SELECT count(*) FROM tasks"), 8);
     assert_eq!(
         rows(&s.db(), "SELECT count(*) FROM hermes_decompose_state"),
@@ -640,13 +632,8 @@ fn usage_errors_under_json_are_json_objects_and_still_exit_two() {
 }
 
 /// A run with the environment a terminal user has (no NO_COLOR), stderr still a pipe.
-fn run_without_no_color(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> support::Out {
-    let mut cmd = s.command(args);
-    cmd.env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
-    cmd.envs(env.iter().copied());
-    let out = run_command(cmd, support::CALL_TIMEOUT);
-    support::assert_no_panic(&out);
-    out
+fn run_without_no_color(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> CliOutput {
+    s.run_env(args, &["NO_COLOR", "CLICOLOR_FORCE"], env)
 }
 
 #[test]
@@ -721,10 +708,7 @@ fn version_names_the_commit_or_says_it_is_unknown() {
 fn completions_and_man_pages_need_no_home() {
     let s = Scratch::new();
     let run = |args: &[&str]| {
-        let mut cmd = s.command(args);
-        cmd.env_remove("HOME").env_remove("HERMES_HOME");
-        let out = run_command(cmd, support::CALL_TIMEOUT);
-        support::assert_no_panic(&out);
+        let out = s.run_env(args, &["HOME", "HERMES_HOME"], &[]);
         assert!(out.success(), "{args:?}: {out:?}");
         assert!(out.stderr.is_empty(), "{args:?}: {out:?}");
         out.stdout
@@ -793,10 +777,8 @@ fn text_times_are_local_with_their_offset_and_utc_under_the_flag() {
     let show = |extra: &[&str]| {
         let mut args = vec!["kanban", "show", id.as_str()];
         args.extend_from_slice(extra);
-        let mut cmd = s.command(&args);
         // Etc/GMT-1 is one hour east of UTC (POSIX signs are inverted).
-        cmd.env("TZ", "Etc/GMT-1");
-        let out = run_command(cmd, support::CALL_TIMEOUT);
+        let out = s.run_env(&args, &[], &[("TZ", "Etc/GMT-1")]);
         assert!(out.success(), "{out:?}");
         let line = out
             .stdout

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use fixtures::wait::try_wait_until;
 
-use crate::support::{self, fake_provider, single_task_reply, status_reply, Scratch};
+use crate::support::{fake_provider, single_task_reply, status_reply, Scratch};
 
 #[test]
 fn gateway_run_json_writes_one_json_object_per_log_line() {
@@ -150,9 +150,11 @@ fn the_decomposer_endpoint_key_extra_body_and_timeout_apply() {
         provider.base_url()
     ));
     let id = s.create("card", &["--triage"]);
-    let mut cmd = s.command(&["kanban", "decompose", &id, "--json"]);
-    cmd.env("OPENAI_API_KEY", "sk-from-the-environment");
-    let out = support::run_command(cmd, support::CALL_TIMEOUT);
+    let out = s.run_env(
+        &["kanban", "decompose", &id, "--json"],
+        &[],
+        &[("OPENAI_API_KEY", "sk-from-the-environment")],
+    );
     assert!(out.success(), "{out:?}");
     let requests = provider.received();
     assert_eq!(requests.len(), 1);

@@ -7,8 +7,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::support::{Out, Scratch};
+use crate::support::Scratch;
 use fixtures::aux_model::{AuxModel, Reply};
+use fixtures::cli::CliOutput;
 use fixtures::gateway::Gateway;
 use fixtures::limits::set_file_size_limit;
 use fixtures::wait::wait_until_or;
@@ -302,7 +303,7 @@ fn a_request_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
     assert_eq!(restarted.stop().exit_code, Some(0));
 }
 
-fn decompose(scratch: &Scratch, card: &str) -> Out {
+fn decompose(scratch: &Scratch, card: &str) -> CliOutput {
     scratch.run(&["kanban", "decompose", card, "--json"])
 }
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use fixtures::target::Target;
 
-use crate::support::{copy_upstream_board, run_command, Out, Scratch};
+use crate::support::{copy_upstream_board, Scratch};
+use fixtures::cli::CliOutput;
 use serde_json::{json, Value};
 
 fn ids(list: &Value) -> Vec<String> {
@@ -103,9 +104,9 @@ fn ours_reads_the_board_upstream_wrote() {
     assert_eq!(shown["parents"], json!(["t_9f474b0a"]));
 }
 
-fn upstream(s: &Scratch, target: &Target, args: &[&str]) -> Out {
-    let out = run_command(s.command_for(target, args), Duration::from_secs(120));
-    assert_eq!(out.code, Some(0), "upstream {args:?} failed: {out:#?}");
+fn upstream(s: &Scratch, target: &Target, args: &[&str]) -> CliOutput {
+    let out = s.call(target, args, &[], &[], Duration::from_secs(120));
+    assert_eq!(out.code, Some(0), "upstream {args:?} failed:\n{out}");
     out
 }
 

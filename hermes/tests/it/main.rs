@@ -6,12 +6,12 @@
 //! HTTP/1.1 server per test with per-card replies, recorded requests and arrival times. It runs
 //! on its own runtime, so the tests here are plain `#[test]`s that drive the async library
 //! through `support::block_on`, and read the provider's record between those calls. The scratch
-//! home, its environment (an allowlist), the gateway guard and the waits are the suite's own
-//! (`fixtures::{home, env, gateway, wait}`).
+//! home, its environment (an allowlist), the CLI runner, the gateway guard and the waits are the
+//! suite's own (`fixtures::{home, env, cli, gateway, wait}`).
 //!
 //! | module | concern |
 //! |---|---|
-//! | `support` | the scratch home on fixtures' `Home`, the CLI runner, the runtime, provider helpers |
+//! | `support` | the scratch home on fixtures' `Home` and its calls on fixtures' CLI runner, the runtime, provider helpers |
 //! | `aux_client` | `AuxClient`: JSON and SSE replies, status mapping, timeouts, body cap, unreachable hosts |
 //! | `decompose_reply` | `parse_reply`: every rejection, accepted shapes, a property test |
 //! | `decompose_attempt` | `run_attempt` end to end: what one attempt pays for and records |

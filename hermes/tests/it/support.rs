@@ -1,17 +1,15 @@
 //! Shared plumbing on top of the suite's own (`fixtures`: its scratch home, allowlisted
-//! environment, gateway guard and waits): a runner that captures output and never waits
-//! forever, the runtime the async library runs on, and the fake provider with the replies these
-//! tests need.
+//! environment, CLI runner, gateway guard and waits): the scratch home's calls of `hermes`, the
+//! runtime the async library runs on, and the fake provider with the replies these tests need.
 
-use std::cell::Cell;
 use std::ffi::OsStr;
 use std::future::Future;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use fixtures::aux_model::{AuxModel, Reply};
+use fixtures::cli::CliOutput;
 use fixtures::gateway::{Gateway, GatewaySpec};
 use fixtures::home::Home;
 use fixtures::target::Target;
@@ -20,91 +18,13 @@ use serde_json::Value;
 /// How long any single CLI call may take before the test gives up on it.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// What one process run produced.
-#[derive(Debug)]
-pub struct Out {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    pub elapsed: Duration,
-}
-
-impl Out {
-    pub fn success(&self) -> bool {
-        self.code == Some(0)
-    }
-
-    /// The message of the error that ended the run: under `--json` the `error` of the JSON object
-    /// that is stderr's last line, else stderr as it is.
-    pub fn error(&self) -> String {
-        let last = self.stderr.lines().last().unwrap_or_default();
-        match serde_json::from_str::<Value>(last) {
-            Ok(Value::Object(error)) => match error.get("error") {
-                Some(Value::String(message)) => message.clone(),
-                _ => panic!("a JSON error without a message: {last}"),
-            },
-            _ => self.stderr.clone(),
-        }
-    }
-
-    /// Stdout parsed as exactly one JSON document (nothing else may be printed there).
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{}", self.stdout))
-    }
-}
-
-/// Runs `cmd` to completion with a deadline, capturing stdout and stderr.
-pub fn run_command(mut cmd: Command, timeout: Duration) -> Out {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
-    let mut stdout_pipe = child.stdout.take().expect("stdout is piped");
-    let mut stderr_pipe = child.stderr.take().expect("stderr is piped");
-    let stdout_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stdout_pipe.read_to_end(&mut s);
-        s
-    });
-    let stderr_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stderr_pipe.read_to_end(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting for the child") {
-            break status;
-        }
-        if started.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let elapsed = started.elapsed();
-    let stdout =
-        String::from_utf8_lossy(&stdout_reader.join().expect("stdout reader")).into_owned();
-    let stderr =
-        String::from_utf8_lossy(&stderr_reader.join().expect("stderr reader")).into_owned();
-    Out {
-        code: status.code(),
-        stdout,
-        stderr,
-        elapsed,
-    }
-}
-
 /// A throw-away scratch root (fixtures' [`Home`], with nothing in it yet): `HOME`, and
 /// `HERMES_HOME=<home>/.hermes`.
 pub struct Scratch {
     home: Home,
-    /// How many gateways were started here: each gets its own log.
-    gateways: Cell<usize>,
+    /// How many gateways were started here: each gets its own log. (Atomic, so threads can
+    /// share one scratch home and call `hermes` at once.)
+    gateways: AtomicUsize,
 }
 
 /// The `hermes` binary under test.
@@ -116,7 +36,7 @@ impl Scratch {
     pub fn new() -> Scratch {
         Scratch {
             home: Home::bare(),
-            gateways: Cell::new(0),
+            gateways: AtomicUsize::new(0),
         }
     }
 
@@ -142,43 +62,62 @@ impl Scratch {
         self.home.write_config(yaml);
     }
 
-    /// `target ARGS` on the scratch home, with the suite's environment (an allowlist).
-    pub fn command_for<S: AsRef<OsStr>>(&self, target: &Target, args: &[S]) -> Command {
-        let mut cmd = Command::new(target.program());
-        cmd.args(target.prefix_args())
-            .args(args)
-            .current_dir(self.root())
-            .env_clear()
-            .envs(fixtures::env::for_target(&self.home, target));
-        cmd
+    /// Runs `target ARGS` on the scratch home with fixtures' runner ([`fixtures::cli::run`]: its
+    /// own process group, stdin closed, output captured), as fixtures' board does: the suite's
+    /// environment (an allowlist, [`fixtures::env::for_target`]) less `unset`, plus `set`.
+    ///
+    /// # Panics
+    /// When the call is still running after `timeout`.
+    #[track_caller]
+    pub fn call<S: AsRef<OsStr>>(
+        &self,
+        target: &Target,
+        args: &[S],
+        unset: &[&str],
+        set: &[(&str, &str)],
+        timeout: Duration,
+    ) -> CliOutput {
+        let mut env = fixtures::env::for_target(&self.home, target);
+        env.retain(|(name, _)| {
+            !unset.iter().any(|unset| name == unset) && !set.iter().any(|(set, _)| name == set)
+        });
+        env.extend(set.iter().map(|(name, value)| (name.into(), value.into())));
+        let args = args.iter().map(|arg| arg.as_ref().to_owned()).collect();
+        let out = fixtures::cli::run(target, args, env, self.root(), timeout);
+        assert!(!out.timed_out, "did not finish within {timeout:?}:\n{out}");
+        out
     }
 
-    /// The `hermes` binary under test with the scratch environment.
-    pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
-        self.command_for(&reference(), args)
-    }
-
-    /// Runs `hermes ARGS`, checking the output never carries a panic report.
-    pub fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> Out {
-        let out = run_command(self.command(args), CALL_TIMEOUT);
+    /// Runs `hermes ARGS` with the scratch environment less `unset`, plus `set`, checking the
+    /// output never carries a panic report.
+    #[track_caller]
+    pub fn run_env<S: AsRef<OsStr>>(
+        &self,
+        args: &[S],
+        unset: &[&str],
+        set: &[(&str, &str)],
+    ) -> CliOutput {
+        let out = self.call(&reference(), args, unset, set, CALL_TIMEOUT);
         assert_no_panic(&out);
         out
     }
 
+    /// Runs `hermes ARGS`, checking the output never carries a panic report.
+    #[track_caller]
+    pub fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> CliOutput {
+        self.run_env(args, &[], &[])
+    }
+
     /// Runs `hermes ARGS` and requires exit 0.
-    pub fn ok<S: AsRef<OsStr>>(&self, args: &[S]) -> Out {
+    #[track_caller]
+    pub fn ok<S: AsRef<OsStr>>(&self, args: &[S]) -> CliOutput {
         let out = self.run(args);
-        assert!(
-            out.success(),
-            "hermes {:?} failed: {out:#?}",
-            args.iter()
-                .map(|a| a.as_ref().to_owned())
-                .collect::<Vec<_>>()
-        );
+        assert!(out.success(), "hermes failed:\n{out}");
         out
     }
 
     /// Runs `hermes ARGS` (which must include `--json`), requires exit 0, returns the JSON.
+    #[track_caller]
     pub fn json<S: AsRef<OsStr>>(&self, args: &[S]) -> Value {
         self.ok(args).json()
     }
@@ -192,7 +131,8 @@ impl Scratch {
     }
 }
 
-pub fn assert_no_panic(out: &Out) {
+#[track_caller]
+pub fn assert_no_panic(out: &CliOutput) {
     for marker in ["panicked", "RUST_BACKTRACE", "stack backtrace"] {
         assert!(
             !out.stderr.contains(marker),
@@ -267,8 +207,7 @@ impl Scratch {
     /// [`Gateway`], each start with a log of its own.
     pub fn gateway_spec(&self, extra_args: &[&str]) -> GatewaySpec {
         let target = reference();
-        let started = self.gateways.get() + 1;
-        self.gateways.set(started);
+        let started = self.gateways.fetch_add(1, Ordering::Relaxed) + 1;
         let mut args = vec!["gateway", "run"];
         args.extend_from_slice(extra_args);
         GatewaySpec::new(

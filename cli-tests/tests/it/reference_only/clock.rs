@@ -5,25 +5,21 @@
 
 use std::time::Duration;
 
-use fixtures::faketime::FakeClock;
+use fixtures::faketime::{sweep_a_day_ahead, DatedAhead};
 use fixtures::prelude::*;
 use fixtures::rows::unix_ms_ago;
 use rstest::rstest;
-
-/// How far ahead the clock ran when the rows were written.
-const AHEAD: Duration = Duration::from_secs(86_400);
 
 #[rstest]
 fn resume_redates_rows_dated_ahead_and_says_so(
     #[with(Config::plain().cooldown(900.0).backoff(0.05).retries(0))] board: Board,
 ) {
     let aux = board.aux();
-    let failed = board.create("failed while the clock ran a day ahead", &["--triage"]);
-    let refused = board.create("refused while the clock ran a day ahead", &["--triage"]);
-    aux.reply(&failed, Reply::malformed());
-    aux.reply(&refused, Reply::http_error(401, "invalid api key"));
-    let ahead = FakeClock::new(board.root(), AHEAD.as_secs() as i64);
-    let sweep_ahead = board.cli_with_env(["kanban", "decompose", "--all", "--json"], ahead.env());
+    let DatedAhead {
+        failed,
+        refused,
+        sweep: sweep_ahead,
+    } = sweep_a_day_ahead(&board);
     let paused_before = board.cli_json(["kanban", "usage", "--json"])["pause"].clone();
 
     let resume = board.cli_unchecked(["kanban", "resume", "--json"]);

@@ -29,21 +29,6 @@ fn absurd_bound_settings_are_refused_naming_the_key() {
     ]);
 }
 
-/// `dotted: value` as nested YAML (`kanban:\n  key: value\n`).
-fn nested(dotted: &str, value: &str) -> String {
-    let parts: Vec<&str> = dotted.split('.').collect();
-    let mut yaml = String::new();
-    for (depth, part) in parts.iter().enumerate() {
-        let indent = "  ".repeat(depth);
-        if depth + 1 == parts.len() {
-            yaml.push_str(&format!("{indent}{part}: {value}\n"));
-        } else {
-            yaml.push_str(&format!("{indent}{part}:\n"));
-        }
-    }
-    yaml
-}
-
 /// What the reference does with a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Past {
@@ -170,7 +155,7 @@ fn every_range_takes_its_ends_and_refuses_just_past_them(board: Board) {
             (below, past_min),
             (above, past_max),
         ] {
-            board.reconfigure(Config::plain().yaml(&nested(key, value)));
+            board.reconfigure(Config::plain().yaml_at(key, value));
             let usage = board.cli_unchecked(["kanban", "usage", "--json"]);
             let range = format!("from {min} to {max}");
             let names_it = usage.stderr.contains(key) && usage.stderr.contains(&range);

@@ -515,17 +515,7 @@ fn a_900_kb_provider_error_is_stored_once_and_capped(board: Board) {
         .and_then(|row| row.columns.get("detail").and_then(Value::as_str))
         .unwrap_or_default()
         .to_owned();
-    let reasons: Vec<String> = board
-        .rows()
-        .events(&card, "decompose_failed")
-        .iter()
-        .map(|event| {
-            event.payload["reason"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect();
+    let reasons = board.rows().failure_reasons(&card);
     let last_error = board
         .rows()
         .decompose_state(&card)

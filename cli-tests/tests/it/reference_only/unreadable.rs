@@ -7,15 +7,13 @@ use fixtures::rows::NotText;
 use rstest::rstest;
 use serde_json::Value;
 
-use crate::unreadable::{arrange_cards_not_text, NOT_TEXT};
-
 #[rstest]
 fn cards_whose_text_is_not_text_cost_nothing_and_say_why(board: Board) {
     let aux = board.aux();
-    let unreadable = arrange_cards_not_text(&board);
+    let unreadable = board.arrange_cards_not_text();
     let sweep = board.cli_unchecked(["kanban", "decompose", "--all", "--json"]);
     let rows = board.rows();
-    for ((column, what), card) in NOT_TEXT.iter().zip(&unreadable) {
+    for ((column, what), card) in NotText::BY_COLUMN.iter().zip(&unreadable) {
         let by_hand = board.cli_unchecked(["kanban", "decompose", card.as_str(), "--json"]);
         let show = board.cli_unchecked(["kanban", "show", card.as_str(), "--json"]);
         let shown: Value = serde_json::from_str(&show.stdout).unwrap_or(Value::Null);

@@ -136,16 +136,7 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
         .over(&seen)
         .context(transcript)
         .gap(GapKind::InFlightRebilled);
-    let abandoned: Vec<String> = rows
-        .events(&card, "decompose_failed")
-        .iter()
-        .map(|event| {
-            event.payload["reason"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect();
+    let abandoned = rows.failure_reasons(&card);
     Findings::new()
         .equal("the sweep's exit code", &sweep.code, &Some(0))
         .that(

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fixtures::faketime::{log_times, FakeClock};
+use fixtures::faketime::{log_times, sweep_a_day_ahead, DatedAhead, FakeClock};
 use fixtures::prelude::*;
 use rstest::rstest;
 
@@ -171,9 +171,6 @@ fn a_forward_jump_of_the_wall_clock_does_not_end_a_provider_pause(
         .gap(GapKind::RecoveryFailed);
 }
 
-/// How far ahead the clock ran when the rows were written.
-const AHEAD: Duration = Duration::from_secs(86_400);
-
 /// The provider pause after the refusal in the clock-set-back test: short, so a pause re-dated
 /// to now has ended long before the test does.
 const SHORT_PAUSE: f64 = 1.0;
@@ -184,14 +181,13 @@ fn rows_a_clock_that_ran_ahead_dated_in_the_future_keep_nothing_waiting_past_its
 ) {
     let target = board.target();
     let aux = board.aux();
-    let failed = board.create("failed while the clock ran a day ahead", &["--triage"]);
-    let refused = board.create("refused while the clock ran a day ahead", &["--triage"]);
-    aux.reply(&failed, Reply::malformed());
-    aux.reply(&refused, Reply::http_error(401, "invalid api key"));
     // A sweep run while the clock was a day ahead: a failure (its backoff), a refusal (the
     // board's pause) and their ledger rows, all dated a day ahead.
-    let ahead = FakeClock::new(board.root(), AHEAD.as_secs() as i64);
-    let sweep = board.cli_with_env(["kanban", "decompose", "--all", "--json"], ahead.env());
+    let DatedAhead {
+        failed,
+        refused,
+        sweep,
+    } = sweep_a_day_ahead(&board);
     let dated_ahead: Vec<i64> = board
         .rows()
         .ledger(&failed)

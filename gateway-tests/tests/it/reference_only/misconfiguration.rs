@@ -42,21 +42,6 @@ auxiliary:
 /// How long the gateway may take to notice an edit of `config.yaml`: many ticks.
 const EDIT_NOTICED: Duration = Duration::from_secs(10);
 
-/// `dotted: value` as nested YAML.
-fn nested(dotted: &str, value: &str) -> String {
-    let parts: Vec<&str> = dotted.split('.').collect();
-    let mut yaml = String::new();
-    for (depth, part) in parts.iter().enumerate() {
-        let indent = "  ".repeat(depth);
-        if depth + 1 == parts.len() {
-            yaml.push_str(&format!("{indent}{part}: {value}\n"));
-        } else {
-            yaml.push_str(&format!("{indent}{part}:\n"));
-        }
-    }
-    yaml
-}
-
 /// The lines of `log` that warn (plain `WARN` or a JSON `"level":"WARN"`) and name `key`.
 fn warnings_naming(log: &str, key: &str) -> Vec<String> {
     log.lines()
@@ -215,7 +200,7 @@ fn an_out_of_range_value_stops_the_gateway_at_start_naming_the_key_and_the_range
     let mut wrong = Vec::new();
     let mut transcript = Vec::new();
     for (index, (key, value, range)) in OUT_OF_RANGE.into_iter().enumerate() {
-        board.reconfigure(Config::gateway().yaml(&nested(key, value)));
+        board.reconfigure(Config::gateway().yaml_at(key, value));
         let mut spec = board.gateway_spec().stop_grace(STOP_GRACE);
         // A log per start, so each refusal is read on its own.
         spec.log = board.root().join(format!("start-{index}.log"));
@@ -286,11 +271,7 @@ fn a_bad_edit_mid_run_keeps_the_last_good_config_and_its_bounds(
     let mut run = board.scenario();
     run.start().watch(span_of_ticks(target, 2));
     // Switched on, but by a file the gateway must refuse: the last good one had it off.
-    board.reconfigure(
-        Config::gateway()
-            .kill_switch(true)
-            .yaml(&nested(bad_key, "1001")),
-    );
+    board.reconfigure(Config::gateway().kill_switch(true).yaml_at(bad_key, "1001"));
     let log_path = board.gateway_log_path();
     run.until(EDIT_NOTICED, "the gateway to refuse the edit", || {
         kept(&read_log(&log_path)) > 0

@@ -5,7 +5,6 @@
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::fairness::arrange_cards_not_text;
 use crate::PROBE_TICKS;
 
 #[rstest]
@@ -13,7 +12,7 @@ fn cards_whose_text_is_not_text_are_set_aside_unpaid_with_one_warning_each(
     #[with(Config::gateway())] board: Board,
 ) {
     let aux = board.aux();
-    let unreadable = arrange_cards_not_text(&board);
+    let unreadable = board.arrange_cards_not_text();
     let mut run = board.scenario();
     run.start().prove_ticks(PROBE_TICKS);
     let log = run.gateway().log();
