@@ -257,3 +257,77 @@ fn rows_a_clock_that_ran_ahead_dated_in_the_future_keep_nothing_waiting_past_its
         .context(|| log.clone())
         .gap(GapKind::CallNotVisible);
 }
+
+/// A process whose clock ran a day ahead finds the gateway's claim on a card past its expiry.
+/// Its holder is alive, on this host and in this pid namespace, so the claim still holds: a
+/// sweep on that clock bills the card no second time and does not close the gateway's attempt
+/// as abandoned, and the gateway's own answer is the one applied (B1). Only a holder whose life
+/// cannot be told from here is judged by the expiry.
+#[rstest]
+fn a_sweep_on_a_clock_a_day_ahead_leaves_a_live_gateways_attempt_alone(
+    #[with(Config::gateway().backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    let card = board.create("in flight while another clock runs ahead", &["--triage"]);
+    let gate = Gate::new();
+    aux.reply_in_turn(
+        &card,
+        vec![
+            Reply::default_single().gated(&gate),
+            Reply::default_single(),
+        ],
+    );
+
+    let mut run = board.scenario();
+    run.start().first_bill(&card);
+    let ahead = FakeClock::new(board.root(), fixtures::faketime::AHEAD.as_secs() as i64);
+    // Not for triage, so the gateway leaves it alone: its creation time shows the clock the
+    // sweep runs on reached this target's CLI.
+    let probe = board.cli_with_env(
+        ["kanban", "create", "dated by the clock ahead", "--json"],
+        ahead.env(),
+    );
+    let sweep = board.cli_with_env(["kanban", "decompose", "--all", "--json"], ahead.env());
+    let after_sweep = aux.billed_for(&card);
+    let abandoned_by_sweep = board.rows().failure_reasons(&card);
+    gate.release();
+    let clock_ahead = probe
+        .json()
+        .get("id")
+        .and_then(|id| id.as_str())
+        .and_then(|id| board.rows().task(id).created_at)
+        .filter(|&at| at >= unix_now() + 86_400 - 3_600)
+        .map(|_| ())
+        .ok_or_else(|| format!("the CLI's clock was not a day ahead:\n{probe}"));
+    let arranged = aux
+        .open_until_released(&card, &gate)
+        .map(|_| ())
+        .map_err(|seen| format!("the card was not in flight while the sweep ran: {seen}"))
+        .and(clock_ahead);
+    run.until_left_triage(&card, "the gateway's answer applied")
+        .prove_ticks(1);
+    let seen = run.stop();
+
+    bound(
+        "requests of a sweep a day ahead for a card a live gateway has in flight",
+        after_sweep.saturating_sub(1),
+    )
+    .at_most(0)
+    .context(|| format!("{sweep}\n{}", board.diag(&card)))
+    .provided(&arranged)
+    .gap(GapKind::InFlightRebilled);
+    holds(
+        "the live gateway's attempt is not closed as abandoned by the sweep",
+        abandoned_by_sweep.is_empty(),
+    )
+    .note(|| format!("failures recorded: {abandoned_by_sweep:?}"))
+    .context(|| format!("{sweep}\n{}", board.diag(&card)))
+    .provided(&arranged)
+    .gap(GapKind::InFlightRebilled);
+    bound("bills for the card in flight", aux.billed_for(&card))
+        .exactly(1)
+        .over(&seen)
+        .context(|| board.diag(&card))
+        .provided(&arranged)
+        .gap(GapKind::InFlightRebilled);
+}
