@@ -9,7 +9,7 @@ use fixtures::gateway::Gateway;
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::{create_held_cards, second_gateway_spec};
+use crate::support::{card_held_in_flight, create_held_cards, second_gateway_spec};
 
 /// No wait after a failure, so a card in flight is due at once but for its claim.
 const NO_BACKOFF: f64 = 0.0;
@@ -26,18 +26,9 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     #[with(Config::gateway().backoff(NO_BACKOFF))] board: Board,
 ) {
     let aux = board.aux();
-    let card = board.create("slow to answer", &["--triage"]);
     // The gateway's call is answered only once every other process had its chance at the card,
-    // however slow the target; any later call is answered at once, so a target with no claim
-    // shows it instead of waiting on itself.
-    let gate = Gate::new();
-    aux.reply_in_turn(
-        &card,
-        vec![
-            Reply::default_single().gated(&gate),
-            Reply::default_single(),
-        ],
-    );
+    // however slow the target.
+    let (card, gate) = card_held_in_flight(&board, "slow to answer");
 
     let mut run = board.scenario();
     run.start().first_bill(&card);

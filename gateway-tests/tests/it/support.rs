@@ -143,3 +143,19 @@ pub fn stop_note(stop: &StopReport) -> String {
         stop.escalated
     )
 }
+
+/// Creates a triage card whose first call is answered only once `gate` is released, and any
+/// later call at once: held in flight by the first process to bill it, while a target with no
+/// claim shows a second bill instead of waiting on itself.
+pub fn card_held_in_flight(board: &Board, title: &str) -> (String, Gate) {
+    let card = board.create(title, &["--triage"]);
+    let gate = Gate::new();
+    board.aux().reply_in_turn(
+        &card,
+        vec![
+            Reply::default_single().gated(&gate),
+            Reply::default_single(),
+        ],
+    );
+    (card, gate)
+}

@@ -13,7 +13,7 @@ use fixtures::faketime::{log_times, sweep_a_day_ahead, DatedAhead, FakeClock};
 use fixtures::prelude::*;
 use rstest::rstest;
 
-use crate::support::span_of_ticks;
+use crate::support::{card_held_in_flight, span_of_ticks};
 use crate::PROBE_TICKS;
 
 /// How far the wall clock jumps ahead: past the ceiling's rolling hour and past the pause.
@@ -268,15 +268,7 @@ fn a_sweep_on_a_clock_a_day_ahead_leaves_a_live_gateways_attempt_alone(
     #[with(Config::gateway().backoff(0.0))] board: Board,
 ) {
     let aux = board.aux();
-    let card = board.create("in flight while another clock runs ahead", &["--triage"]);
-    let gate = Gate::new();
-    aux.reply_in_turn(
-        &card,
-        vec![
-            Reply::default_single().gated(&gate),
-            Reply::default_single(),
-        ],
-    );
+    let (card, gate) = card_held_in_flight(&board, "in flight while another clock runs ahead");
 
     let mut run = board.scenario();
     run.start().first_bill(&card);
