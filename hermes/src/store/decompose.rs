@@ -259,6 +259,8 @@ impl Store {
         if top <= floor {
             return Ok(0);
         }
+        // `CardRules::created` for many cards at once (one statement, so a tick's cost stays
+        // independent of the board): due from its creation, never later than now.
         let added = self.write(|tx| {
             tx.execute(
                 "INSERT OR IGNORE INTO hermes_decompose_state (task_id, due_at_ms)

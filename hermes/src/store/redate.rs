@@ -98,6 +98,8 @@ pub(crate) fn redate_future(tx: &Transaction<'_>, now_ms: i64) -> Result<Redated
             params![now_ms, ahead],
         )
         .sql("re-dating ledger rows dated in the future")?;
+    // Every row at once, outside `core::card`'s transitions on purpose: only the dates move, by
+    // the same amount, so each card keeps the wait its last transition gave it.
     let attempted = tx
         .execute(
             "UPDATE hermes_decompose_state SET
