@@ -263,8 +263,7 @@ impl CardRules {
     ) -> Begin {
         let state = before.cloned().unwrap_or_default();
         if let Some((by, hold)) = automatic {
-            if let Some((refusal, step)) = self.automatic_refusal(before, &state, by, hold, now_ms)
-            {
+            if let Some((refusal, step)) = self.automatic_refusal(before, by, hold, now_ms) {
                 return Begin::Refused { refusal, step };
             }
         }
@@ -288,12 +287,12 @@ impl CardRules {
     fn automatic_refusal(
         &self,
         before: Option<&DecomposeState>,
-        state: &DecomposeState,
         by: Origin,
         hold: Option<String>,
         now_ms: i64,
     ) -> Option<(BeginRefusal, Step)> {
         let refuse = |refusal| Some((refusal, Step::unchanged(before)));
+        let state = before.cloned().unwrap_or_default();
         if state.opt_out {
             return refuse(BeginRefusal::OptedOut);
         }
@@ -310,7 +309,7 @@ impl CardRules {
             let after = DecomposeState {
                 due_at_ms: None,
                 parked_at_ms: Some(now_ms),
-                ..state.clone()
+                ..state
             };
             let step = Step::to(after).record(Record::parked(attempts, &reason, by.as_str()));
             return Some((BeginRefusal::Parked { attempts }, step));

@@ -6,7 +6,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde_json::{json, Value};
 
-use super::decompose::{read_state, state_cells, write_step};
+use super::decompose::{state_cells, transition, write_step};
 use super::lenient;
 use super::pyjson::to_payload_text;
 use super::{
@@ -389,13 +389,7 @@ pub(crate) fn archive(tx: &Transaction<'_>, ids: &[String]) -> Result<ArchiveRep
             [id],
         )
         .sql("archiving a card")?;
-        let before = read_state(tx, id)?;
-        write_step(
-            tx,
-            id,
-            before.as_ref(),
-            &CardRules::retired(before.as_ref()),
-        )?;
+        transition(tx, id, CardRules::retired)?;
         add_event_in_run(tx, id, open_run, "archived", None)?;
         report.archived.push(id.clone());
     }

@@ -208,9 +208,9 @@ impl Store {
             if !claim_is_ours(tx, task_id, record.fence.as_deref())? {
                 return Ok(NothingSentRecorded::ClaimLost);
             }
-            let before = read_state(tx, task_id)?;
-            let given_back = CardRules::give_back(before.as_ref(), record.attempt, record.now_ms);
-            write_step(tx, task_id, before.as_ref(), &given_back)?;
+            transition(tx, task_id, |before| {
+                CardRules::give_back(before, record.attempt, record.now_ms)
+            })?;
             release(tx, task_id, record.fence.as_deref())?;
             let Some(unreachable) = &record.unreachable else {
                 return Ok(NothingSentRecorded::GivenBack(None));
@@ -398,6 +398,17 @@ pub(super) fn state_cells(r: &rusqlite::Row<'_>) -> rusqlite::Result<DecomposeSt
     })
 }
 
+/// Runs one transition of the card's state machine on its row as it is now (`decide` is one of
+/// `CardRules`' transitions), and writes what it decided with [`write_step`].
+pub(super) fn transition(
+    tx: &Transaction<'_>,
+    task_id: &str,
+    decide: impl FnOnce(Option<&DecomposeState>) -> Step,
+) -> Result<(), StoreError> {
+    let before = read_state(tx, task_id)?;
+    write_step(tx, task_id, before.as_ref(), &decide(before.as_ref()))
+}
+
 /// Writes what a transition of the card's state machine decided (see `core::card`): the state
 /// it leaves, then its events. Only the cells that changed are written, so a cell this build
 /// reads leniently is never rewritten by a transition that did not touch it.
@@ -536,9 +547,9 @@ fn park_unreadable(
     now_ms: i64,
     by: Origin,
 ) -> Result<(), StoreError> {
-    let before = read_state(tx, task_id)?;
-    let step = CardRules::set_aside(before.as_ref(), why, by, now_ms);
-    write_step(tx, task_id, before.as_ref(), &step)
+    transition(tx, task_id, |before| {
+        CardRules::set_aside(before, why, by, now_ms)
+    })
 }
 
 /// A card an automatic path set aside because its text cannot be read (see
@@ -718,13 +729,7 @@ fn apply_plan(
     // Whatever happens next, the card is no longer waiting for an automatic attempt, and this
     // attempt is over.
     release(tx, task_id, opts.fence.as_deref())?;
-    let before = read_state(tx, task_id)?;
-    write_step(
-        tx,
-        task_id,
-        before.as_ref(),
-        &CardRules::answered(before.as_ref()),
-    )?;
+    transition(tx, task_id, CardRules::answered)?;
     if card.status != Status::Triage.as_str() {
         return Ok(ApplyResult::LeftTriage {
             status: card.status,

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fixtures::faketime::{log_times, sweep_a_day_ahead, DatedAhead, FakeClock};
+use fixtures::faketime::{log_times, sweep_a_day_ahead, DatedAhead, FakeClock, AHEAD};
 use fixtures::prelude::*;
 use rstest::rstest;
 
@@ -272,7 +272,8 @@ fn a_sweep_on_a_clock_a_day_ahead_leaves_a_live_gateways_attempt_alone(
 
     let mut run = board.scenario();
     run.start().first_bill(&card);
-    let ahead = FakeClock::new(board.root(), fixtures::faketime::AHEAD.as_secs() as i64);
+    let ahead_secs = AHEAD.as_secs() as i64;
+    let ahead = FakeClock::new(board.root(), ahead_secs);
     // Not for triage, so the gateway leaves it alone: its creation time shows the clock the
     // sweep runs on reached this target's CLI.
     let probe = board.cli_with_env(
@@ -288,7 +289,8 @@ fn a_sweep_on_a_clock_a_day_ahead_leaves_a_live_gateways_attempt_alone(
         .get("id")
         .and_then(|id| id.as_str())
         .and_then(|id| board.rows().task(id).created_at)
-        .filter(|&at| at >= unix_now() + 86_400 - 3_600)
+        // An hour's slack for the calls between the two readings of the clock.
+        .filter(|&at| at >= unix_now() + ahead_secs - 3_600)
         .map(|_| ())
         .ok_or_else(|| format!("the CLI's clock was not a day ahead:\n{probe}"));
     let arranged = aux
