@@ -22,6 +22,7 @@ pub mod config;
 pub mod core;
 pub mod decompose;
 pub mod dispatch;
+pub mod liveness;
 pub mod output;
 pub mod process;
 pub mod store;

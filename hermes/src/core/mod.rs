@@ -35,7 +35,7 @@ pub use fault::{
     UNREACHABLE_MIN_PAUSE,
 };
 pub use origin::Origin;
-pub use outcome::{Applied, AttemptOutcome, LedgerOutcome};
+pub use outcome::{Applied, AttemptOutcome, Half, LedgerOutcome};
 pub use plan::{ChildSpec, Plan};
 pub use refusal::{ceiling_reached, BeginRefusal};
 pub use spawn::{

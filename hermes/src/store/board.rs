@@ -93,7 +93,7 @@ pub(crate) fn add_event(
     add_event_in_run(tx, task_id, None, kind, payload)
 }
 
-fn add_event_in_run(
+pub(crate) fn add_event_in_run(
     tx: &Transaction<'_>,
     task_id: &str,
     run_id: Option<i64>,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::claims::claim_is_ours;
 use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
 use super::{lenient, SqlResultExt, Store, StoreError};
-use crate::core::{BeginRefusal, LedgerOutcome, Origin};
+use crate::core::{BeginRefusal, Half, LedgerOutcome, Origin};
 
 /// A ledger row about to be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,7 +184,7 @@ impl Store {
             tx.execute(
                 "INSERT INTO hermes_aux_ledger
                      (task_id, purpose, origin, attempt, try, started_at_ms, outcome, model)
-                 VALUES (?1, 'decompose', ?2, ?3, ?4, ?5, ?6, ?7)",
+                 VALUES (?1, ?8, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     open.task_id,
                     open.origin.as_str(),
@@ -192,7 +192,8 @@ impl Store {
                     open.try_no,
                     open.started_at_ms,
                     LedgerOutcome::InFlight.as_str(),
-                    open.model
+                    open.model,
+                    Half::Decompose.as_str()
                 ],
             )
             .sql("opening a ledger row")?;

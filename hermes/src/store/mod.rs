@@ -19,9 +19,11 @@ mod lenient;
 mod pyjson;
 mod recovery;
 mod redate;
+mod runs;
 pub(crate) mod schema;
 #[cfg(test)]
 mod tests;
+mod worker;
 
 use std::fmt;
 use std::fs;
@@ -52,6 +54,10 @@ pub use recovery::{
     Unparked,
 };
 pub use redate::{Redated, CLOCK_SKEW};
+pub use runs::{
+    ClaimRefusal, Closed, Gone, LiveSpawn, RunClose, RunTicket, SpawnPolicy, MAX_RUNTIME,
+};
+pub use worker::{SpawnUnparkRefusal, SpawnUnparked, WorkerRefusal, WorkerRequestOpen, WorkerRun};
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
