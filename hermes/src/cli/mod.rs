@@ -7,6 +7,7 @@
 
 pub mod archive;
 pub mod auto_decompose;
+pub mod chat;
 pub mod completions;
 pub mod create;
 pub mod decompose;
@@ -66,6 +67,10 @@ pub struct Cli {
     /// HERMES_HOME; default ~/.hermes).
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
+    /// The profile a worker runs as (upstream's `-p`); the gateway passes the card's assignee.
+    /// The board, its config and its key stay the home's whatever the profile.
+    #[arg(short = 'p', long = "profile", global = true, value_name = "NAME")]
+    pub profile: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -80,6 +85,8 @@ pub enum Command {
     /// Run the gateway.
     #[command(subcommand)]
     Gateway(GatewayCommand),
+    /// Run one kanban worker session (the gateway starts these; see `hermes chat --help`).
+    Chat(chat::ChatArgs),
     /// Print a shell completion script.
     Completions(completions::CompletionsArgs),
     /// Print the man page of hermes, or of one of its commands, as roff.
@@ -121,7 +128,7 @@ impl Command {
     /// bounds allow.
     pub fn reads_config(&self) -> bool {
         match self {
-            Command::Gateway(_) => true,
+            Command::Gateway(_) | Command::Chat(_) => true,
             Command::Completions(_) | Command::Man(_) => false,
             Command::Kanban(verb) => matches!(
                 verb,
@@ -408,7 +415,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
     match &cli.command {
         Command::Completions(a) => return completions::run(a),
         Command::Man(a) => return man::run(a),
-        Command::Kanban(_) | Command::Gateway(_) => {}
+        Command::Kanban(_) | Command::Gateway(_) | Command::Chat(_) => {}
     }
     let home = match &cli.home {
         Some(dir) if dir.as_os_str().is_empty() => {
@@ -477,6 +484,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
             KanbanCommand::AutoDecompose(a) => auto_decompose::run(&ctx, a),
         },
         Command::Gateway(GatewayCommand::Run(a)) => gateway::run(&ctx, a),
+        Command::Chat(a) => chat::run(&ctx, a, cli.profile.clone()),
         // Already answered above; answering again is as right.
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),

@@ -40,4 +40,5 @@ pub use plan::{ChildSpec, Plan};
 pub use refusal::{ceiling_reached, BeginRefusal};
 pub use spawn::{
     BlockKind, CardMove, RunOutcome, SpawnBudget, SpawnRefusal, SpawnRules, SpawnState,
+    EXIT_PROVIDER_REFUSED, EXIT_RATE_LIMITED,
 };

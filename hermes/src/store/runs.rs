@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 
 use super::board::{add_event_in_run, promote_ready, unreadable};
 use super::claims::new_lease;
-use super::decompose::PauseRecord;
+use super::decompose::{pause_unreachable, PauseRecord, UnreachableRecord};
 use super::guards::{auto_gate, set_pause, AutoGate};
 use super::{lenient, SqlResultExt, Store, StoreError};
 use crate::core::spawn::{Ended, RunEnd, SpawnBegin, SpawnStep};
@@ -122,6 +122,8 @@ pub struct RunClose {
     pub now_ms: i64,
     /// A board-wide pause to record with the end (a refused request, a rate-limit exit).
     pub pause: Option<PauseRecord>,
+    /// The provider could not be reached: the board's growing pause to record with the end.
+    pub unreachable: Option<UnreachableRecord>,
     /// `kanban_complete`'s `result` (upstream's `tasks.result`).
     pub result: Option<String>,
     /// `kanban_complete`'s `metadata`, kept on the run.
@@ -149,6 +151,7 @@ impl RunClose {
             rules,
             now_ms,
             pause: None,
+            unreachable: None,
             result: None,
             metadata: None,
         }
@@ -723,6 +726,9 @@ pub(crate) fn close_run(
             close.now_ms,
             pause.request_started_ms,
         )?;
+    }
+    if let Some(unreachable) = &close.unreachable {
+        pause_unreachable(tx, unreachable, close.now_ms)?;
     }
     Ok(Some(Closed {
         task_id,
