@@ -201,8 +201,8 @@ fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claim> {
     })
 }
 
-/// A fresh fencing token for an attempt's claim.
-pub(crate) fn new_lease() -> Result<String, StoreError> {
+/// A fresh random token: an attempt's or a run's lease, a worker's lock file name.
+pub fn new_lease() -> Result<String, StoreError> {
     let high = getrandom::u32().map_err(StoreError::Entropy)?;
     let low = getrandom::u32().map_err(StoreError::Entropy)?;
     Ok(format!("{high:08x}{low:08x}"))

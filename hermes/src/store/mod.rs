@@ -37,7 +37,7 @@ use serde_json::Value;
 
 pub use crate::clock::now_ms;
 pub use crate::core::{BeginRefusal, Origin};
-pub use claims::{Claim, ClaimState, ParkedCard, Recovered};
+pub use claims::{new_lease, Claim, ClaimState, ParkedCard, Recovered};
 pub use decompose::{
     ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, FailureRecord, NothingSentRecord,
     NothingSentRecorded, PauseRecord, SetAside, UnreachableRecord, HUMAN_BLOCK_KINDS,
