@@ -19,8 +19,9 @@ Exit status: 0 the run's end is recorded; 75 or 78 the provider rate-limited or 
 (the board is paused); 143 SIGTERM or SIGINT stopped it; 1 it could not run (outside a run the \
 gateway started, or the board could not be used); 2 usage error.")]
 pub struct ChatArgs {
-    /// The session's first message (the gateway sends `work kanban task <id>`).
-    #[arg(short = 'q', long = "query", value_name = "MESSAGE")]
+    /// The session's first message: the gateway sends `work kanban task <id>` (as upstream's
+    /// `-q MESSAGE`, which means the same after `chat`).
+    #[arg(long = "query", value_name = "MESSAGE")]
     pub query: String,
 }
 

@@ -316,7 +316,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let args = upstream_chat_query(args.into_iter().map(Into::into).collect());
     // Read ahead of clap, so that its own errors and help follow --color and --json too.
     let (color, json) = early_flags(&args);
     output::set_color(color.unwrap_or(anstream::ColorChoice::Auto));
@@ -375,6 +375,35 @@ fn clap_error(e: &clap::Error, args: &[OsString]) -> ExitCode {
         output::stderr_line(&output::for_terminal(&format!("\n{}", usage_for(args))));
     }
     ExitCode::from(code)
+}
+
+/// Upstream's worker command line, `hermes [-p NAME] chat -q MESSAGE`, where `-q` is the
+/// message; everywhere else `-q` is `--quiet`. So when the verb is `chat`, a `-q` after it is
+/// read as `--query` (the global flags before it keep their meaning).
+fn upstream_chat_query(mut args: Vec<OsString>) -> Vec<OsString> {
+    const WITH_VALUE: [&str; 4] = ["--home", "-p", "--profile", "--color"];
+    let mut at = 1;
+    while let Some(word) = args.get(at).and_then(|a| a.to_str()) {
+        if WITH_VALUE.contains(&word) {
+            at += 2;
+        } else if word.starts_with('-') {
+            at += 1;
+        } else {
+            break;
+        }
+    }
+    if args.get(at).and_then(|a| a.to_str()) != Some("chat") {
+        return args;
+    }
+    for arg in args.iter_mut().skip(at + 1) {
+        if arg == "--" {
+            break;
+        }
+        if arg == "-q" {
+            *arg = OsString::from("--query");
+        }
+    }
+    args
 }
 
 /// `--color WHEN` and `--json` as given before any `--`, for the errors clap reports before
@@ -631,6 +660,31 @@ mod tests {
             early(&["hermes", "--", "--json", "--color=never"]),
             (None, false)
         );
+    }
+
+    #[test]
+    fn upstreams_chat_dash_q_is_the_message_and_nowhere_else() {
+        let rewrite = |args: &[&str]| -> Vec<String> {
+            upstream_chat_query(args.iter().map(OsString::from).collect())
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect()
+        };
+        assert_eq!(
+            rewrite(&["hermes", "-p", "coder", "chat", "-q", "work kanban task t_1"]),
+            ["hermes", "-p", "coder", "chat", "--query", "work kanban task t_1"]
+        );
+        assert_eq!(
+            rewrite(&["hermes", "--home", "/h", "-q", "chat", "-q", "m"]),
+            ["hermes", "--home", "/h", "-q", "chat", "--query", "m"]
+        );
+        assert_eq!(
+            rewrite(&["hermes", "kanban", "create", "chat", "-q"]),
+            ["hermes", "kanban", "create", "chat", "-q"]
+        );
+        let cli = Cli::try_parse_from(rewrite(&["hermes", "-p", "x", "chat", "-q", "m"])).unwrap();
+        assert_eq!(cli.profile.as_deref(), Some("x"));
+        assert!(matches!(cli.command, Command::Chat(chat::ChatArgs { ref query }) if query == "m"));
     }
 
     #[test]
