@@ -671,8 +671,22 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            rewrite(&["hermes", "-p", "coder", "chat", "-q", "work kanban task t_1"]),
-            ["hermes", "-p", "coder", "chat", "--query", "work kanban task t_1"]
+            rewrite(&[
+                "hermes",
+                "-p",
+                "coder",
+                "chat",
+                "-q",
+                "work kanban task t_1"
+            ]),
+            [
+                "hermes",
+                "-p",
+                "coder",
+                "chat",
+                "--query",
+                "work kanban task t_1"
+            ]
         );
         assert_eq!(
             rewrite(&["hermes", "--home", "/h", "-q", "chat", "-q", "m"]),

@@ -77,7 +77,9 @@ const _: () = assert!(
         < 5_000
 );
 // Workers are stopped beside the attempts in flight, within the same grace (S7).
-const _: () = assert!(spawn::STOP_GRACE.as_millis() + spawn::KILL_WAIT.as_millis() <= SHUTDOWN_GRACE.as_millis());
+const _: () = assert!(
+    spawn::STOP_GRACE.as_millis() + spawn::KILL_WAIT.as_millis() <= SHUTDOWN_GRACE.as_millis()
+);
 
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]
@@ -221,7 +223,10 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     // can leave half a graph, since a graph is written in one transaction or not at all.
     let _ = shutdown_tx.send(true);
     // Workers stop beside the attempts: their runs closed `interrupted`, their groups ended.
-    let mut workers = std::mem::replace(&mut dispatcher.workers, Workers::new(dispatcher.home.clone()));
+    let mut workers = std::mem::replace(
+        &mut dispatcher.workers,
+        Workers::new(dispatcher.home.clone()),
+    );
     let (board, config) = (dispatcher.board.clone(), dispatcher.config.clone());
     let (drained, _) = tokio::join!(
         tokio::time::timeout(SHUTDOWN_GRACE, async {

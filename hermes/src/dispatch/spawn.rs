@@ -249,7 +249,11 @@ impl Workers {
 
     /// The one WARN a card parked by its spawn budget gets from this gateway (S9), whoever
     /// recorded the park (this gateway, its worker, a `kanban dispatch`).
-    async fn announce_park(&mut self, board: &BoardHandle, task_id: &str) -> Result<(), BoardError> {
+    async fn announce_park(
+        &mut self,
+        board: &BoardHandle,
+        task_id: &str,
+    ) -> Result<(), BoardError> {
         let id = task_id.to_owned();
         let state = board.call(move |s| s.spawn_state(&id)).await?;
         let Some(state) = state else { return Ok(()) };
@@ -257,7 +261,10 @@ impl Workers {
             return Ok(());
         };
         if self.announced_parks.insert(format!("{task_id}@{at}")) {
-            warn_spawn_parked(task_id, state.last_error.as_deref().unwrap_or("its budget is spent"));
+            warn_spawn_parked(
+                task_id,
+                state.last_error.as_deref().unwrap_or("its budget is spent"),
+            );
         }
         Ok(())
     }
@@ -360,14 +367,14 @@ impl Workers {
                 return Ok(());
             }
         };
-        let slots = usize::try_from(max).unwrap_or(usize::MAX).saturating_sub(live);
+        let slots = usize::try_from(max)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(live);
         if slots == 0 {
             return Ok(());
         }
         let busy: HashSet<String> = self.live.values().map(|l| l.task_id.clone()).collect();
-        let due = board
-            .call(move |s| s.spawnable(now, slots, &busy))
-            .await?;
+        let due = board.call(move |s| s.spawnable(now, slots, &busy)).await?;
         for task_id in due {
             if !self.spawn_one(board, config, &task_id).await? {
                 break;
@@ -387,8 +394,9 @@ impl Workers {
         let lock = match new_lock(&board_dir(&self.home)) {
             Ok(lock) => lock,
             Err(err) => {
-                self.spawn_notice
-                    .warn(format!("cannot create a worker's lock file: {err}; no worker spawned"));
+                self.spawn_notice.warn(format!(
+                    "cannot create a worker's lock file: {err}; no worker spawned"
+                ));
                 return Ok(false);
             }
         };
@@ -471,7 +479,14 @@ impl Workers {
                     &format!("cannot start a worker for {}: {err}", ticket.task_id),
                 );
                 let reason = format!("the worker could not be started: {err}");
-                close(board, config, ticket.run_id, RunOutcome::SpawnFailed, reason).await?;
+                close(
+                    board,
+                    config,
+                    ticket.run_id,
+                    RunOutcome::SpawnFailed,
+                    reason,
+                )
+                .await?;
                 let gone = Gone {
                     run_id: ticket.run_id,
                     exit: Some(None),
@@ -493,7 +508,14 @@ impl Workers {
         let runs: Vec<i64> = self.live.keys().copied().collect();
         let reason = "stopped: the gateway is shutting down".to_owned();
         for run_id in &runs {
-            let _ = close(board, config, *run_id, RunOutcome::Interrupted, reason.clone()).await;
+            let _ = close(
+                board,
+                config,
+                *run_id,
+                RunOutcome::Interrupted,
+                reason.clone(),
+            )
+            .await;
         }
         let started = Instant::now();
         while !self.live.is_empty() && started.elapsed() < STOP_GRACE + KILL_WAIT {
@@ -546,7 +568,14 @@ async fn close(
     outcome: RunOutcome,
     reason: String,
 ) -> Result<(), BoardError> {
-    let close = RunClose::new(run_id, outcome, reason, GATEWAY, config.spawn_rules(), now_ms());
+    let close = RunClose::new(
+        run_id,
+        outcome,
+        reason,
+        GATEWAY,
+        config.spawn_rules(),
+        now_ms(),
+    );
     let closed = board.call(move |s| s.close_run(&close)).await?;
     if let Some(closed) = closed {
         info!(card = %closed.task_id, run = run_id, outcome = closed.outcome.as_str(), "stopping a worker: {}", closed.outcome);
@@ -589,7 +618,8 @@ pub fn warn_spawn_parked(task_id: &str, why: &str) {
 /// The directory the board lives in: workers' logs and locks go beside it.
 pub fn board_dir(home: &Home) -> PathBuf {
     let db = home.db_path();
-    db.parent().map_or_else(|| home.root().to_owned(), Path::to_owned)
+    db.parent()
+        .map_or_else(|| home.root().to_owned(), Path::to_owned)
 }
 
 /// A fresh lock file for a worker: `<board dir>/workers/<random>.lock`.

@@ -331,6 +331,8 @@ pub struct Task {
     pub block_kind: Option<String>,
     /// Decompose bookkeeping, if the card has any.
     pub decompose: Option<DecomposeState>,
+    /// Spawn bookkeeping, if a worker was ever spawned for the card (or it was set aside).
+    pub spawn: Option<crate::core::SpawnState>,
 }
 
 /// What `create_task` needs.

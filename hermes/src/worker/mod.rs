@@ -148,9 +148,7 @@ pub async fn run_worker(
             fault: Some(ProviderFault::RateLimited { .. }),
             ..
         } => exit_code(EXIT_RATE_LIMITED),
-        Finish::Recorded {
-            fault: Some(_), ..
-        } => exit_code(EXIT_PROVIDER_REFUSED),
+        Finish::Recorded { fault: Some(_), .. } => exit_code(EXIT_PROVIDER_REFUSED),
         Finish::Recorded { .. } | Finish::Lost => 0,
         Finish::Stopped => STOPPED,
     })
@@ -194,7 +192,11 @@ fn main_model(home: &Home, config: &Config) -> Result<AuxClient, String> {
 
 /// A worker that cannot run at all records its run as never started (charged: a worker that
 /// cannot start would otherwise be spawned again and again) and exits 1.
-async fn cannot_start(board: &BoardHandle, scope: &RunScope, why: String) -> Result<u8, WorkerError> {
+async fn cannot_start(
+    board: &BoardHandle,
+    scope: &RunScope,
+    why: String,
+) -> Result<u8, WorkerError> {
     output::warning(&format!("the worker cannot start: {why}"));
     let close = RunClose {
         fence: Some(scope.lease.clone()),
@@ -214,7 +216,8 @@ async fn cannot_start(board: &BoardHandle, scope: &RunScope, why: String) -> Res
 /// A channel that turns true at the first SIGTERM or SIGINT (handlers installed before any
 /// request can leave).
 fn stop_on_signals() -> Result<watch::Receiver<bool>, WorkerError> {
-    let mut term = signal(SignalKind::terminate()).map_err(|e| WorkerError::Signal("SIGTERM", e))?;
+    let mut term =
+        signal(SignalKind::terminate()).map_err(|e| WorkerError::Signal("SIGTERM", e))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| WorkerError::Signal("SIGINT", e))?;
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -257,9 +260,15 @@ mod tests {
         let mut none = vars.clone();
         none.remove("HERMES_KANBAN_TASK");
         let err = read(&none).unwrap_err();
-        assert!(err.to_string().contains("HERMES_KANBAN_TASK is not set"), "{err}");
+        assert!(
+            err.to_string().contains("HERMES_KANBAN_TASK is not set"),
+            "{err}"
+        );
         let mut pinned = vars;
         pinned.insert("HERMES_KANBAN_DB", "/elsewhere/kanban.db");
-        assert_eq!(read(&pinned).unwrap().db_path, PathBuf::from("/elsewhere/kanban.db"));
+        assert_eq!(
+            read(&pinned).unwrap().db_path,
+            PathBuf::from("/elsewhere/kanban.db")
+        );
     }
 }

@@ -17,10 +17,8 @@ use tokio::sync::watch;
 use super::tools::{self, Called, RunScope};
 use crate::aux_client::{AgentTurn, AuxClient, AuxError};
 use crate::config::Config;
-use crate::core::{
-    LedgerOutcome, ProviderFault, RetryDelay, RunOutcome, MAX_RETRY_AFTER,
-};
 use crate::core::time::after;
+use crate::core::{LedgerOutcome, ProviderFault, RetryDelay, RunOutcome, MAX_RETRY_AFTER};
 use crate::output;
 use crate::store::{
     now_ms, BoardError, BoardHandle, LedgerClose, PauseRecord, RunClose, UnreachableRecord,
@@ -104,7 +102,10 @@ impl Session {
         }));
         if calls.is_empty() {
             let reason = "the model answered with text and no kanban_complete or kanban_block";
-            return self.end(RunOutcome::ProtocolViolation, reason.into(), None, None).await.map(Some);
+            return self
+                .end(RunOutcome::ProtocolViolation, reason.into(), None, None)
+                .await
+                .map(Some);
         }
         for call in calls {
             let scope = self.scope.clone();
@@ -135,7 +136,11 @@ impl Session {
 
     /// Sends turn `turn`, retrying what is transient.
     async fn turn(&mut self, turn: u32, tools: &[Value]) -> Result<Sent, BoardError> {
-        let tries = 1 + self.config.auxiliary.transient_retries.min(crate::core::budget::MAX_RETRIES);
+        let tries = 1 + self
+            .config
+            .auxiliary
+            .transient_retries
+            .min(crate::core::budget::MAX_RETRIES);
         let mut last: Option<AuxError> = None;
         let mut try_no = 1;
         loop {
@@ -150,7 +155,10 @@ impl Session {
                 Err(WorkerRefusal::RunClosed) => return Ok(Sent::Over(Finish::Lost)),
                 Err(WorkerRefusal::Guard(refusal)) => {
                     let reason = format!("a request was held back: {refusal}");
-                    return self.end(RunOutcome::Held, reason, None, None).await.map(Sent::Over);
+                    return self
+                        .end(RunOutcome::Held, reason, None, None)
+                        .await
+                        .map(Sent::Over);
                 }
             };
             let started = now_ms();
@@ -190,7 +198,9 @@ impl Session {
                 reason: fault.describe(),
                 request_started_ms: Some(started_ms),
             };
-            let finish = self.end(RunOutcome::Refused, reason, Some(pause), None).await?;
+            let finish = self
+                .end(RunOutcome::Refused, reason, Some(pause), None)
+                .await?;
             return Ok(match finish {
                 Finish::Recorded { outcome, .. } => Finish::Recorded {
                     outcome,
@@ -212,7 +222,8 @@ impl Session {
             };
             return self.end(outcome, reason, None, Some(unreachable)).await;
         }
-        self.end(RunOutcome::ProviderFailed, reason, None, None).await
+        self.end(RunOutcome::ProviderFailed, reason, None, None)
+            .await
     }
 
     /// Records the run's end (fenced by its lease).
@@ -228,7 +239,14 @@ impl Session {
             fence: Some(scope.lease.clone()),
             pause,
             unreachable,
-            ..RunClose::new(scope.run_id, outcome, reason, "worker", scope.rules, now_ms())
+            ..RunClose::new(
+                scope.run_id,
+                outcome,
+                reason,
+                "worker",
+                scope.rules,
+                now_ms(),
+            )
         };
         let closed = self.board.call(move |s| s.close_run(&close)).await?;
         Ok(match closed {

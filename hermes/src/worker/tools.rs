@@ -186,7 +186,11 @@ fn foreign(args: &Map<String, Value>, scope: &RunScope) -> Option<Called> {
     })
 }
 
-fn show(store: &mut Store, scope: &RunScope, args: &Map<String, Value>) -> Result<Called, StoreError> {
+fn show(
+    store: &mut Store,
+    scope: &RunScope,
+    args: &Map<String, Value>,
+) -> Result<Called, StoreError> {
     let id = card(args, scope);
     let Some(task) = store.task(id)? else {
         return Ok(refused(format!("no such card: {id}")));
@@ -265,7 +269,10 @@ fn complete(
             now_ms,
         )
     };
-    ended(store.close_run(&close)?, json!({"ok": true, "task_id": scope.task_id, "status": "done"}))
+    ended(
+        store.close_run(&close)?,
+        json!({"ok": true, "task_id": scope.task_id, "status": "done"}),
+    )
 }
 
 fn block(
@@ -336,21 +343,31 @@ fn comment(
     now_ms: i64,
 ) -> Result<Called, StoreError> {
     let (Some(id), Some(body)) = (text(args, "task_id"), text(args, "body")) else {
-        return Ok(refused("give the card (`task_id`) and the note (`body`)".to_owned()));
+        return Ok(refused(
+            "give the card (`task_id`) and the note (`body`)".to_owned(),
+        ));
     };
     if store.worker_run(scope.run_id, &scope.lease)?.is_none() {
         return Ok(Called::RunLost);
     }
     match store.comment(id, &scope.profile, body, now_ms) {
-        Ok(comment_id) => Ok(Called::Answer(json!({"ok": true, "comment_id": comment_id}))),
+        Ok(comment_id) => Ok(Called::Answer(
+            json!({"ok": true, "comment_id": comment_id}),
+        )),
         Err(StoreError::NoSuchTask(id)) => Ok(refused(format!("no such card: {id}"))),
         Err(err) => Err(err),
     }
 }
 
-fn create(store: &mut Store, scope: &RunScope, args: &Map<String, Value>) -> Result<Called, StoreError> {
+fn create(
+    store: &mut Store,
+    scope: &RunScope,
+    args: &Map<String, Value>,
+) -> Result<Called, StoreError> {
     let (Some(title), Some(assignee)) = (text(args, "title"), text(args, "assignee")) else {
-        return Ok(refused("give the new card a `title` and an `assignee`".to_owned()));
+        return Ok(refused(
+            "give the new card a `title` and an `assignee`".to_owned(),
+        ));
     };
     let parents = match args.get("parents") {
         None | Some(Value::Null) => Vec::new(),
@@ -400,7 +417,10 @@ mod tests {
             assert_eq!(tool["function"]["parameters"]["type"], "object");
         }
         let block = &schemas()[2];
-        assert_eq!(block["function"]["parameters"]["required"], json!(["reason"]));
+        assert_eq!(
+            block["function"]["parameters"]["required"],
+            json!(["reason"])
+        );
         assert_eq!(
             block["function"]["parameters"]["properties"]["kind"]["enum"],
             json!(["needs_input", "capability", "dependency", "transient"])

@@ -47,8 +47,7 @@ impl WorkerBoard {
 
     /// A ready card assigned to `coder`.
     pub fn ready_card(&self, title: &str) -> String {
-        self.scratch
-            .create(title, &["--assignee", "coder"])
+        self.scratch.create(title, &["--assignee", "coder"])
     }
 
     /// The gateway, with `env` on top of the scratch environment.
@@ -63,9 +62,8 @@ impl WorkerBoard {
     }
 
     pub fn db(&self) -> Connection {
-        let conn =
-            Connection::open_with_flags(self.scratch.db(), OpenFlags::SQLITE_OPEN_READ_ONLY)
-                .expect("opening the board read-only");
+        let conn = Connection::open_with_flags(self.scratch.db(), OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("opening the board read-only");
         conn.busy_timeout(Duration::from_secs(5)).unwrap();
         conn
     }
