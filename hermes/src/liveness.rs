@@ -92,6 +92,41 @@ pub unsafe fn inherit_in_child(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes this process's pid into the lock file behind `fd`, from a freshly forked child: so
+/// the worker's pid (its process group's id) is on disk before it runs anything, even if the
+/// process that forked it dies before recording it anywhere else ([`recorded_pid`]). Only
+/// async-signal-safe calls, no allocation.
+///
+/// # Safety
+/// As [`inherit_in_child`].
+pub unsafe fn write_pid_in_child(fd: RawFd) -> io::Result<()> {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = u64::try_from(pid).unwrap_or(0);
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let text = &digits[at..];
+    // SAFETY: the buffer is valid for its length; pwrite on an open descriptor.
+    let written = unsafe { libc::pwrite(fd, text.as_ptr().cast(), text.len(), 0) };
+    if written < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The pid a worker wrote into its lock file ([`write_pid_in_child`]), if any.
+pub fn recorded_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
 /// Whether anything holds a lock file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Holder {
@@ -178,13 +213,21 @@ mod tests {
             .args(["-c", "sleep 0.3 & read line"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null());
-        // SAFETY: only fcntl on an open descriptor, between fork and exec.
+        // SAFETY: only fcntl, getpid and pwrite on an open descriptor, between fork and exec.
         unsafe {
-            command.pre_exec(move || inherit_in_child(fd));
+            command.pre_exec(move || {
+                inherit_in_child(fd)?;
+                write_pid_in_child(fd)
+            });
         }
         let mut child = command.spawn().unwrap();
         drop(lock);
         assert_eq!(probe(&path), Holder::Held, "the child holds the lock now");
+        assert_eq!(
+            recorded_pid(&path),
+            Some(child.id()),
+            "its pid is in the file"
+        );
         drop(child.stdin.take());
         child.wait().unwrap();
         // The grandchild (sleep) still holds it for a moment.

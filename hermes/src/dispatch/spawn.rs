@@ -284,7 +284,9 @@ impl Workers {
             let lock = PathBuf::from(&spawn.lock_path);
             match liveness::probe(&lock) {
                 Holder::Held => {
-                    let Some(pid) = spawn.pid else {
+                    // The worker writes its pid into its lock before it runs anything, so one
+                    // whose spawner died before recording it is still found.
+                    let Some(pid) = spawn.pid.or_else(|| liveness::recorded_pid(&lock)) else {
                         // Its spawner holds the lock before the fork: not started yet.
                         continue;
                     };
@@ -294,7 +296,13 @@ impl Workers {
                          gateway or a `kanban dispatch`): it counts against kanban.max_spawn and \
                          is watched from now on"
                     );
-                    self.live.insert(spawn.run_id, adopted(spawn, lock));
+                    let mut live = adopted(spawn, lock);
+                    live.pgid = i32::try_from(pid).ok();
+                    self.live.insert(spawn.run_id, live);
+                    if spawn.pid.is_none() {
+                        let run_id = spawn.run_id;
+                        board.call(move |s| s.record_spawned(run_id, pid)).await?;
+                    }
                 }
                 Holder::Free | Holder::Missing => {
                     let live = adopted(spawn, lock);
@@ -663,13 +671,14 @@ fn worker_command(home: &Home, ticket: &RunTicket, lock: &HeldLock) -> std::io::
         .env("HERMES_HOME", home.root())
         .env("HERMES_PROFILE", &ticket.profile);
     let fd = lock.raw_fd();
-    // SAFETY: setsid and fcntl only, between fork and exec.
+    // SAFETY: setsid, fcntl, getpid and pwrite only, between fork and exec.
     unsafe {
         command.pre_exec(move || {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            liveness::inherit_in_child(fd)
+            liveness::inherit_in_child(fd)?;
+            liveness::write_pid_in_child(fd)
         });
     }
     Ok(command)

@@ -22,6 +22,8 @@ pub const WAIT: Duration = Duration::from_secs(30);
 pub struct WorkerBoard {
     pub scratch: Scratch,
     pub provider: AuxModel,
+    /// The `kanban` settings last written (restored after a tick proof).
+    kanban: std::cell::RefCell<String>,
 }
 
 impl WorkerBoard {
@@ -29,7 +31,11 @@ impl WorkerBoard {
     pub fn new(kanban: &str) -> WorkerBoard {
         let provider = AuxModel::start();
         let scratch = Scratch::new();
-        let board = WorkerBoard { scratch, provider };
+        let board = WorkerBoard {
+            scratch,
+            provider,
+            kanban: std::cell::RefCell::new(String::new()),
+        };
         board.configure(kanban);
         board
     }
@@ -37,12 +43,39 @@ impl WorkerBoard {
     /// Rewrites `config.yaml` with these `kanban` settings (one step: a running gateway never
     /// reads half a file).
     pub fn configure(&self, kanban: &str) {
+        kanban.clone_into(&mut self.kanban.borrow_mut());
+        self.write_config(kanban, "worker-model");
+    }
+
+    fn write_config(&self, kanban: &str, model: &str) {
         self.scratch.write_config(&format!(
-            "model:\n  base_url: {}\n  default: worker-model\n\
+            "model:\n  base_url: {}\n  default: {model}\n\
              auxiliary:\n  transient_retries: 0\n  timeout_seconds: 10\n\
              kanban:\n  dispatch_interval_seconds: 0.1\n{kanban}",
             self.provider.base_url()
         ));
+    }
+
+    /// Proves that the gateway ran two whole ticks from now, whatever the board's pauses and
+    /// caps hold back: each tick re-reads `config.yaml` first, and a broken edit is warned
+    /// about once per condition while the last good config runs on. Two different breakages,
+    /// each awaited, put a whole tick between now and the second warning; the good settings
+    /// are written back after.
+    pub fn prove_ticks(&self, gateway: &Gateway) {
+        let good = self.kanban.borrow().clone();
+        for bad in ["7", "8"] {
+            // A model named by a number: not a string, so the edit is refused.
+            self.write_config(&good, bad);
+            let needle =
+                format!("expected a string, got {bad}; keeping the last good configuration");
+            fixtures::wait::wait_until_or(
+                || gateway.log().contains(&needle),
+                WAIT,
+                "a tick to read the broken config",
+                || gateway.tail(),
+            );
+        }
+        self.write_config(&good, "worker-model");
     }
 
     /// A ready card assigned to `coder`.

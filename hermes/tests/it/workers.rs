@@ -178,3 +178,447 @@ fn a_card_whose_workers_never_complete_is_spawned_failure_limit_times_waiting_lo
     );
     assert!(gateway.stop().clean());
 }
+
+#[test]
+fn live_workers_never_exceed_max_spawn_and_a_lowered_cap_stops_the_newest_at_the_next_tick() {
+    let board = WorkerBoard::new("  max_spawn: 2\n");
+    let stand_in = StandIn::new(board.scratch.root(), "exec sleep 60");
+    let cards: Vec<String> = (0..5)
+        .map(|i| board.ready_card(&format!("card {i}")))
+        .collect();
+    let census = board.census(Some(&stand_in));
+    let gateway = board.gateway_with(&stand_in);
+    wait_until_or(
+        || census.alive().len() == 2,
+        WAIT,
+        "two live workers",
+        || gateway.tail(),
+    );
+    // Every sample, processes and board alike, stays within the cap.
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        assert!(census.alive().len() <= 2, "{:?}", census.alive());
+        assert!(board.live_rows() <= 2);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let running: Vec<&String> = cards
+        .iter()
+        .filter(|c| board.status(c) == "running")
+        .collect();
+    assert_eq!(running.len(), 2);
+
+    // The kill switch: from the next tick no worker runs, and stopping them charges nothing.
+    board.configure("  max_spawn: 0\n");
+    wait_until_or(
+        || census.alive().is_empty(),
+        WAIT,
+        "every worker stopped",
+        || gateway.tail(),
+    );
+    wait_until_or(
+        || board.live_rows() == 0,
+        WAIT,
+        "their rows closed",
+        || gateway.tail(),
+    );
+    for card in running {
+        assert_eq!(board.run_outcomes(card), ["interrupted"]);
+        assert_eq!(board.status(card), "ready");
+        assert_eq!(
+            board.events(card, "spawn_failed"),
+            0,
+            "a stopped run is not charged"
+        );
+    }
+    let spawned = board.worker_pids().len();
+    assert_eq!(spawned, 2);
+    // `max_spawn: 0` holds on the next ticks: the board is still, proven by a decompose probe.
+    let probe = board.scratch.create("tick probe", &["--triage"]);
+    wait_until_or(
+        || board.status(&probe) != "triage",
+        WAIT,
+        "the probe",
+        || gateway.tail(),
+    );
+    assert_eq!(
+        board.worker_pids().len(),
+        spawned,
+        "no worker spawned with max_spawn: 0"
+    );
+    assert!(gateway.stop().clean());
+}
+
+#[test]
+fn stopping_the_gateway_ends_every_worker_group_within_the_stop_and_charges_nothing() {
+    let board = WorkerBoard::new("  max_spawn: 2\n");
+    // Deaf to SIGTERM, with a grandchild in its group (deaf too: an ignored signal is inherited).
+    let stand_in = StandIn::new(
+        board.scratch.root(),
+        "trap '' TERM\nsleep 120 &\necho $! >> \"$PIDS\"\nwait",
+    );
+    let cards = [board.ready_card("one"), board.ready_card("two")];
+    let census = board.census(Some(&stand_in));
+    let gateway = board.gateway_with(&stand_in);
+    wait_until_or(
+        || stand_in.pids().len() == 4,
+        WAIT,
+        "two workers and their grandchildren",
+        || gateway.tail(),
+    );
+    assert_eq!(census.alive().len(), 4);
+    let report = gateway.stop();
+    assert!(report.clean(), "{report:?}");
+    assert!(report.elapsed < Duration::from_secs(5), "{report:?}");
+    // No worker nor descendant survives (the grandchild was re-parented: give its reaper a moment).
+    wait_until_or(
+        || census.alive().is_empty(),
+        Duration::from_secs(5),
+        "no survivor",
+        || format!("{:?}", census.alive()),
+    );
+    for card in &cards {
+        assert_eq!(board.run_outcomes(card), ["interrupted"]);
+        assert_eq!(board.status(card), "ready");
+        assert_eq!(board.events(card, "spawn_failed"), 0);
+    }
+    assert_eq!(board.live_rows(), 0);
+}
+
+#[test]
+fn after_a_gateway_sigkill_the_next_gateway_adopts_the_orphan_and_counts_it_against_the_cap() {
+    let board = WorkerBoard::new("  max_spawn: 1\n");
+    let release = board.scratch.root().join("release");
+    let stand_in = StandIn::new(
+        board.scratch.root(),
+        &format!(
+            "while [ ! -e '{}' ]; do sleep 0.05; done\nexit 1",
+            release.display()
+        ),
+    );
+    let first = board.ready_card("first");
+    let census = board.census(Some(&stand_in));
+    let gateway = board.gateway_with(&stand_in);
+    wait_until_or(
+        || stand_in.pids().len() == 1,
+        WAIT,
+        "the first worker",
+        || gateway.tail(),
+    );
+    gateway.kill9();
+    let orphan = stand_in.pids()[0];
+    assert!(
+        alive(orphan),
+        "a worker outlives a SIGKILLed gateway (its own session)"
+    );
+
+    let second = board.ready_card("second");
+    board.provider.reply(&second, complete());
+    // Real workers from here on: the orphan is the only stand-in.
+    let gateway = board.gateway(&[]);
+    wait_until_or(
+        || gateway.log().contains("adopted a live worker"),
+        WAIT,
+        "the orphan to be adopted",
+        || gateway.tail(),
+    );
+    // Adopted, not charged; holding the only place, so the second card waits. Ticks are
+    // proven by a decompose probe the provider fails (it stays in triage, no worker for it).
+    let probe = board.scratch.create("tick probe", &["--triage"]);
+    board
+        .provider
+        .reply(&probe, fixtures::aux_model::Reply::malformed());
+    wait_until_or(
+        || board.events(&probe, "decompose_failed") == 1,
+        WAIT,
+        "a tick after the adoption",
+        || gateway.tail(),
+    );
+    assert_eq!(board.run_outcomes(&first), ["running"]);
+    assert_eq!(board.events(&first, "spawn_failed"), 0);
+    assert!(
+        board.run_outcomes(&second).is_empty(),
+        "the cap counts the orphan"
+    );
+
+    // Its end, seen by nobody (exit 1 after the release), is charged; its place frees up.
+    std::fs::write(&release, "").unwrap();
+    wait_until_or(
+        || board.status(&second) == "done",
+        WAIT,
+        "the second card's worker",
+        || gateway.tail(),
+    );
+    assert_eq!(board.run_outcomes(&first), ["crashed"]);
+    assert_eq!(board.events(&first, "spawn_failed"), 1);
+    assert!(gateway.stop().clean());
+    assert!(census.alive().is_empty());
+}
+
+#[test]
+fn a_worker_past_its_runtime_is_stopped_and_charged_as_timed_out() {
+    let board =
+        WorkerBoard::new("  max_spawn: 1\n  worker_max_runtime_seconds: 1\n  failure_limit: 1\n");
+    let stand_in = StandIn::new(board.scratch.root(), "trap '' TERM\nexec sleep 60");
+    let card = board.ready_card("too long");
+    let census = board.census(Some(&stand_in));
+    let gateway = board.gateway_with(&stand_in);
+    wait_until_or(
+        || board.events(&card, "spawn_parked") == 1,
+        WAIT,
+        "the timeout to park it",
+        || gateway.tail(),
+    );
+    assert_eq!(board.run_outcomes(&card), ["timed_out"]);
+    wait_until_or(
+        || census.alive().is_empty(),
+        WAIT,
+        "the worker SIGKILLed",
+        || gateway.tail(),
+    );
+    wait_until_or(
+        || board.live_rows() == 0,
+        WAIT,
+        "its row closed",
+        || gateway.tail(),
+    );
+    assert_eq!(spawn_park_warnings(&gateway.log(), &card), 1);
+    assert!(gateway.stop().clean());
+}
+
+#[test]
+fn exit_codes_no_run_recorded_are_charged_and_a_rate_limit_exit_pauses_every_spawn() {
+    let board = WorkerBoard::new("  max_spawn: 1\n  failure_limit: 1\n");
+    let stand_in = StandIn::new(
+        board.scratch.root(),
+        "case \"$HERMES_KANBAN_TASK\" in\n  \"$(cat \"$PIDS.limited\")\") exit 75;;\n  *) exit 1;;\nesac",
+    );
+    let crashing = board.ready_card("crashes");
+    let census = board.census(Some(&stand_in));
+    let gateway = board.gateway_with(&stand_in);
+    wait_until_or(
+        || board.events(&crashing, "spawn_parked") == 1,
+        WAIT,
+        "the crash to park it",
+        || gateway.tail(),
+    );
+    assert_eq!(board.run_outcomes(&crashing), ["crashed"]);
+
+    let limited = board.ready_card("rate limited");
+    std::fs::write(stand_in.pids.with_extension("pids.limited"), &limited).unwrap();
+    let waiting = board.ready_card("waits for the pause");
+    wait_until_or(
+        || !board.run_outcomes(&limited).is_empty() && board.live_rows() == 0,
+        WAIT,
+        "the rate-limited run",
+        || gateway.tail(),
+    );
+    assert_eq!(board.run_outcomes(&limited), ["refused"]);
+    let usage = board.usage();
+    assert!(
+        usage["pause"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("exited 75"),
+        "{usage}"
+    );
+    // The pause holds every spawn: the gateway says so, and the waiting card never ran.
+    wait_until_or(
+        || {
+            gateway
+                .log()
+                .contains("no worker is spawned while the board is paused")
+        },
+        WAIT,
+        "the spawn gate to meet the pause",
+        || gateway.tail(),
+    );
+    assert!(board.run_outcomes(&waiting).is_empty());
+    assert!(gateway.stop().clean());
+    assert!(census.alive().is_empty());
+}
+
+#[test]
+fn a_workers_refusal_pauses_every_spawn_and_every_decompose_call() {
+    let board = WorkerBoard::new("  max_spawn: 2\n  provider_cooldown_seconds: 600\n");
+    let cards: Vec<String> = (0..6)
+        .map(|i| board.ready_card(&format!("card {i}")))
+        .collect();
+    for card in &cards {
+        board.provider.reply(
+            card,
+            fixtures::aux_model::Reply::http_error(402, "insufficient credit"),
+        );
+    }
+    let census = board.census(None);
+    let gateway = board.gateway(&[]);
+    wait_until_or(
+        || !board.usage()["pause"].is_null(),
+        WAIT,
+        "the refusal to pause the board",
+        || gateway.tail(),
+    );
+    // A decompose candidate appears during the pause: one provider key, one pause.
+    let triage = board.scratch.create("to split", &["--triage"]);
+    board.prove_ticks(&gateway);
+    let sessions: usize = cards.iter().map(|c| board.sessions(c)).sum();
+    assert!(
+        (1..=2).contains(&sessions),
+        "one refusal costs the workers in flight (at most max_spawn), not one per card: {sessions}"
+    );
+    assert_eq!(
+        board.provider.billed_for(&triage),
+        0,
+        "no decompose call during the pause"
+    );
+    let refused: Vec<&String> = cards
+        .iter()
+        .filter(|c| !board.run_outcomes(c).is_empty())
+        .collect();
+    assert_eq!(refused.len(), sessions);
+    for card in refused {
+        assert_eq!(board.run_outcomes(card), ["refused"]);
+        assert_eq!(
+            board.events(card, "spawn_failed"),
+            1,
+            "a refusal is charged"
+        );
+    }
+    assert!(board.usage()["pause"]["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("402")));
+    assert!(gateway.stop().clean());
+    assert!(census.alive().is_empty());
+}
+
+#[test]
+fn a_card_a_worker_hands_to_a_person_is_never_spawned_again() {
+    let board = WorkerBoard::new("  max_spawn: 2\n");
+    let card = board.ready_card("needs an answer");
+    board.provider.reply(&card, block("needs_input"));
+    let gateway = board.gateway(&[]);
+    wait_until_or(
+        || board.status(&card) == "blocked",
+        WAIT,
+        "the block",
+        || gateway.tail(),
+    );
+    board.prove_ticks(&gateway);
+    assert_eq!(board.sessions(&card), 1);
+    assert_eq!(board.run_outcomes(&card), ["blocked"]);
+    assert_eq!(
+        board.column::<String>("SELECT block_kind FROM tasks WHERE id = ?1", &[&card]),
+        ["needs_input"]
+    );
+    assert_eq!(
+        board.events(&card, "spawn_failed"),
+        0,
+        "a hand-off is not a failure"
+    );
+    let parked = board
+        .scratch
+        .json(&["kanban", "list", "--parked", "--json"]);
+    assert_eq!(parked, json!([]), "handed to a person, not parked");
+    assert!(gateway.stop().clean());
+}
+
+#[test]
+fn a_dependency_block_on_no_open_parent_is_charged_not_looped() {
+    let board =
+        WorkerBoard::new("  max_spawn: 2\n  failure_limit: 2\n  spawn_backoff_seconds: 0\n");
+    let card = board.ready_card("waits on nothing");
+    board.provider.reply(&card, block("dependency"));
+    let gateway = board.gateway(&[]);
+    wait_until_or(
+        || board.events(&card, "spawn_parked") == 1,
+        WAIT,
+        "the park",
+        || gateway.tail(),
+    );
+    board.prove_ticks(&gateway);
+    assert_eq!(
+        board.sessions(&card),
+        2,
+        "failure_limit spawns, not one per tick"
+    );
+    assert_eq!(board.run_outcomes(&card), ["requeued", "requeued"]);
+    assert!(gateway.stop().clean());
+}
+
+#[test]
+fn a_session_takes_at_most_max_turns_turns() {
+    let board = WorkerBoard::new("  max_spawn: 1\n  failure_limit: 1\nagent:\n  max_turns: 3\n");
+    let card = board.ready_card("keeps busy");
+    board.provider.reply(
+        &card,
+        tool_call("kanban_heartbeat", json!({"note": "still going"})),
+    );
+    let gateway = board.gateway(&[]);
+    wait_until_or(
+        || board.events(&card, "spawn_parked") == 1,
+        WAIT,
+        "the park",
+        || gateway.tail(),
+    );
+    assert_eq!(board.turns(&card).len(), 3);
+    assert_eq!(board.run_outcomes(&card), ["max_turns"]);
+    assert_eq!(board.events(&card, "heartbeat"), 3);
+    // Every turn carries the whole session so far, the gateway's message first.
+    let last = board.turns(&card).pop().unwrap();
+    assert_eq!(
+        last["messages"][1]["content"],
+        format!("work kanban task {card}")
+    );
+    assert_eq!(last["messages"].as_array().unwrap().len(), 2 + 2 * 2);
+    let ledger: Vec<i64> = board.column(
+        "SELECT attempt FROM hermes_aux_ledger WHERE task_id = ?1 ORDER BY id",
+        &[&card],
+    );
+    assert_eq!(ledger, [1, 2, 3], "one ledger row per turn");
+    assert!(gateway.stop().clean());
+}
+
+#[test]
+fn an_unreachable_provider_costs_no_card_its_budget_and_pauses_the_spawns() {
+    let board =
+        WorkerBoard::new("  max_spawn: 2\n  failure_limit: 1\n  spawn_backoff_seconds: 60\n");
+    board.scratch.write_config(&format!(
+        "model:\n  base_url: {}\n  default: worker-model\nkanban:\n  dispatch_interval_seconds: 0.1\n  \
+         max_spawn: 2\n  failure_limit: 1\n  decompose_backoff_seconds: 60\n",
+        fixtures::closed_port::closed_port_url()
+    ));
+    let cards = [
+        board.ready_card("one"),
+        board.ready_card("two"),
+        board.ready_card("three"),
+    ];
+    let gateway = board.gateway(&[]);
+    wait_until_or(
+        || cards.iter().any(|c| board.run_outcomes(c) == ["held"]),
+        WAIT,
+        "a held run",
+        || gateway.tail(),
+    );
+    wait_until_or(
+        || {
+            gateway
+                .log()
+                .contains("no worker is spawned while the board is paused")
+        },
+        WAIT,
+        "the spawn gate to meet the pause",
+        || gateway.tail(),
+    );
+    for card in &cards {
+        assert_eq!(
+            board.events(card, "spawn_failed"),
+            0,
+            "nothing reached the provider"
+        );
+        assert!(board.run_outcomes(card).iter().all(|o| o == "held"));
+    }
+    assert!(
+        !board.usage()["unreachable"].is_null(),
+        "the board waits for the provider"
+    );
+    assert!(gateway.stop().clean());
+}
