@@ -11,6 +11,7 @@ pub mod chat;
 pub mod completions;
 pub mod create;
 pub mod decompose;
+pub mod dispatch;
 pub mod gateway;
 pub mod init;
 pub mod link;
@@ -121,6 +122,9 @@ pub enum KanbanCommand {
     Resume(resume::ResumeArgs),
     /// Switch a card's automatic decomposition on or off.
     AutoDecompose(auto_decompose::AutoDecomposeArgs),
+    /// Spawn workers for ready cards once, under the gateway's bounds (a gateway does it every
+    /// tick).
+    Dispatch(dispatch::DispatchArgs),
 }
 
 impl Command {
@@ -132,7 +136,10 @@ impl Command {
             Command::Completions(_) | Command::Man(_) => false,
             Command::Kanban(verb) => matches!(
                 verb,
-                KanbanCommand::Decompose(_) | KanbanCommand::Usage(_) | KanbanCommand::Unpark(_)
+                KanbanCommand::Decompose(_)
+                    | KanbanCommand::Usage(_)
+                    | KanbanCommand::Unpark(_)
+                    | KanbanCommand::Dispatch(_)
             ),
         }
     }
@@ -511,6 +518,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
             KanbanCommand::Unpark(a) => unpark::run(&ctx, a),
             KanbanCommand::Resume(a) => resume::run(&ctx, a),
             KanbanCommand::AutoDecompose(a) => auto_decompose::run(&ctx, a),
+            KanbanCommand::Dispatch(a) => dispatch::run(&ctx, a),
         },
         Command::Gateway(GatewayCommand::Run(a)) => gateway::run(&ctx, a),
         Command::Chat(a) => chat::run(&ctx, a, cli.profile.clone()),

@@ -51,8 +51,38 @@ pub const KILL_WAIT: Duration = Duration::from_secs(1);
 /// How often a stop looks at its workers.
 const STOP_POLL: Duration = Duration::from_millis(20);
 
-/// Who spawns, as the board records it.
+/// Who spawns, as the board records it: the gateway's ticks, or `kanban dispatch`.
 pub const GATEWAY: &str = "gateway";
+/// See [`GATEWAY`].
+pub const DISPATCH: &str = "dispatch";
+
+/// A worker one pass spawned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spawned {
+    pub task_id: String,
+    pub run_id: i64,
+    pub pid: u32,
+}
+
+/// What trying one card came to.
+enum Tried {
+    Spawned(Spawned),
+    /// Not this card (its own guard, or its worker could not be started); the pass goes on.
+    Skipped,
+    /// The board holds every card back now (the cap, the pause, the ceiling): the pass stops.
+    Stop,
+}
+
+/// What one spawn pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpawnPass {
+    pub spawned: Vec<Spawned>,
+    /// Why it spawned nothing more, when the board held it back (the pause, the ceiling).
+    pub held: Option<String>,
+    /// Live workers on the board when it looked, and the cap.
+    pub live: usize,
+    pub cap: u32,
+}
 
 /// One worker this process watches.
 #[derive(Debug)]
@@ -127,6 +157,8 @@ impl Live {
 /// The workers of one gateway.
 pub(crate) struct Workers {
     home: Home,
+    /// [`GATEWAY`] or [`DISPATCH`].
+    origin: &'static str,
     live: HashMap<i64, Live>,
     /// Spawning held back (the pause, the ceiling, a board that cannot be used).
     gate_notice: Notice,
@@ -140,8 +172,13 @@ pub(crate) struct Workers {
 
 impl Workers {
     pub(crate) fn new(home: Home) -> Workers {
+        Workers::by(home, GATEWAY)
+    }
+
+    fn by(home: Home, origin: &'static str) -> Workers {
         Workers {
             home,
+            origin,
             live: HashMap::new(),
             gate_notice: Notice::default(),
             spawn_notice: Notice::default(),
@@ -165,7 +202,7 @@ impl Workers {
         self.watch(board, config, &spawns).await?;
         self.adopt(board, config, &spawns).await?;
         self.cap(board, config).await?;
-        self.spawn(board, config).await
+        self.spawn(board, config, None).await.map(|_| ())
     }
 
     /// Step 1: closes what ended, stops what ran too long or outlived its run.
@@ -220,7 +257,7 @@ impl Workers {
             run_id,
             exit,
             rules: config.spawn_rules(),
-            by: GATEWAY.to_owned(),
+            by: self.origin.to_owned(),
             now_ms: now_ms(),
             pause: exit.flatten().and_then(|code| exit_pause(code, config)),
         };
@@ -348,68 +385,90 @@ impl Workers {
         Ok(())
     }
 
-    /// Step 4: spawns the due cards into the free places.
-    async fn spawn(&mut self, board: &BoardHandle, config: &Config) -> Result<(), BoardError> {
-        let max = config.kanban.max_spawn;
+    /// Step 4: spawns the due cards into the free places (at most `limit` of them).
+    async fn spawn(
+        &mut self,
+        board: &BoardHandle,
+        config: &Config,
+        limit: Option<u32>,
+    ) -> Result<SpawnPass, BoardError> {
+        let cap = config.kanban.max_spawn;
         let (calls_per_hour, now) = (config.kanban.decompose_calls_per_hour, now_ms());
         let (gate, live) = board
             .call(move |s| Ok((s.auto_gate(now, calls_per_hour)?, s.live_spawns()?.len())))
             .await?;
-        match gate {
-            AutoGate::Open { .. } => self.gate_notice.clear(),
-            AutoGate::Paused { until_ms, reason } => {
-                self.gate_notice.warn_keyed(
-                    &format!("spawn-paused-{until_ms}"),
-                    &format!("no worker is spawned while the board is paused: {reason}"),
-                );
-                return Ok(());
-            }
-            AutoGate::CeilingReached { calls, limit } => {
-                self.gate_notice.warn_keyed(
-                    "spawn-ceiling",
-                    &format!(
-                        "no worker is spawned: {}",
-                        crate::core::ceiling_reached(calls, limit)
-                    ),
-                );
-                return Ok(());
-            }
+        let mut pass = SpawnPass {
+            live,
+            cap,
+            ..SpawnPass::default()
         };
-        let slots = usize::try_from(max)
+        if let Some(held) = self.held_by(gate) {
+            pass.held = Some(held);
+            return Ok(pass);
+        }
+        let slots = usize::try_from(cap.min(limit.unwrap_or(u32::MAX)))
             .unwrap_or(usize::MAX)
-            .saturating_sub(live);
+            .min(
+                usize::try_from(cap)
+                    .unwrap_or(usize::MAX)
+                    .saturating_sub(live),
+            );
         if slots == 0 {
-            return Ok(());
+            return Ok(pass);
         }
         let busy: HashSet<String> = self.live.values().map(|l| l.task_id.clone()).collect();
         let due = board.call(move |s| s.spawnable(now, slots, &busy)).await?;
         for task_id in due {
-            if !self.spawn_one(board, config, &task_id).await? {
-                break;
+            match self.spawn_one(board, config, &task_id).await? {
+                Tried::Spawned(spawned) => pass.spawned.push(spawned),
+                Tried::Skipped => {}
+                Tried::Stop => break,
             }
         }
-        Ok(())
+        Ok(pass)
     }
 
-    /// Records a run for `task_id` and forks its worker; false when the board refused it for a
-    /// reason that holds for every card (the cap, the pause, the ceiling).
+    /// Why the board's guards hold every spawn back now, once per condition in the log.
+    fn held_by(&mut self, gate: AutoGate) -> Option<String> {
+        let (key, why) = match gate {
+            AutoGate::Open { .. } => {
+                self.gate_notice.clear();
+                return None;
+            }
+            AutoGate::Paused { until_ms, reason } => (
+                format!("spawn-paused-{until_ms}"),
+                format!("no worker is spawned while the board is paused: {reason}"),
+            ),
+            AutoGate::CeilingReached { calls, limit } => (
+                "spawn-ceiling".to_owned(),
+                format!(
+                    "no worker is spawned: {}",
+                    crate::core::ceiling_reached(calls, limit)
+                ),
+            ),
+        };
+        self.gate_notice.warn_keyed(&key, &why);
+        Some(why)
+    }
+
+    /// Records a run for `task_id` and forks its worker.
     async fn spawn_one(
         &mut self,
         board: &BoardHandle,
         config: &Config,
         task_id: &str,
-    ) -> Result<bool, BoardError> {
+    ) -> Result<Tried, BoardError> {
         let lock = match new_lock(&board_dir(&self.home)) {
             Ok(lock) => lock,
             Err(err) => {
                 self.spawn_notice.warn(format!(
                     "cannot create a worker's lock file: {err}; no worker spawned"
                 ));
-                return Ok(false);
+                return Ok(Tried::Stop);
             }
         };
         let policy = SpawnPolicy {
-            origin: GATEWAY,
+            origin: self.origin,
             owner: crate::process::token().to_owned(),
             rules: config.spawn_rules(),
             max_spawn: config.kanban.max_spawn,
@@ -426,8 +485,7 @@ impl Workers {
                 return self.refused(board, task_id, refusal).await;
             }
         };
-        self.fork(board, config, ticket, lock).await?;
-        Ok(true)
+        self.fork(board, config, ticket, lock).await
     }
 
     async fn refused(
@@ -435,16 +493,16 @@ impl Workers {
         board: &BoardHandle,
         task_id: &str,
         refusal: ClaimRefusal,
-    ) -> Result<bool, BoardError> {
+    ) -> Result<Tried, BoardError> {
         debug!(card = %task_id, "no worker spawned: {refusal}");
         match refusal {
-            ClaimRefusal::Cap { .. } | ClaimRefusal::Board(_) => Ok(false),
+            ClaimRefusal::Cap { .. } | ClaimRefusal::Board(_) => Ok(Tried::Stop),
             ClaimRefusal::Card(crate::core::SpawnRefusal::Parked { .. })
             | ClaimRefusal::Unreadable { .. } => {
                 self.announce_park(board, task_id).await?;
-                Ok(true)
+                Ok(Tried::Skipped)
             }
-            _ => Ok(true),
+            _ => Ok(Tried::Skipped),
         }
     }
 
@@ -455,7 +513,7 @@ impl Workers {
         config: &Config,
         ticket: RunTicket,
         lock: HeldLock,
-    ) -> Result<(), BoardError> {
+    ) -> Result<Tried, BoardError> {
         let started_at_ms = now_ms();
         match worker_command(&self.home, &ticket, &lock).and_then(|mut c| c.spawn()) {
             Ok(child) => {
@@ -478,7 +536,12 @@ impl Workers {
                     },
                 );
                 let run_id = ticket.run_id;
-                board.call(move |s| s.record_spawned(run_id, pid)).await
+                board.call(move |s| s.record_spawned(run_id, pid)).await?;
+                Ok(Tried::Spawned(Spawned {
+                    task_id: ticket.task_id,
+                    run_id,
+                    pid,
+                }))
             }
             Err(err) => {
                 lock.discard();
@@ -504,7 +567,8 @@ impl Workers {
                     pause: None,
                 };
                 board.call(move |s| s.worker_gone(&gone)).await?;
-                self.announce_park(board, &ticket.task_id).await
+                self.announce_park(board, &ticket.task_id).await?;
+                Ok(Tried::Skipped)
             }
         }
     }
@@ -552,6 +616,25 @@ impl Workers {
         }
         self.live.len()
     }
+}
+
+/// `kanban dispatch`: one spawn pass from the command line, under the same cap, budget, pause
+/// and ceiling as the gateway's. It first closes what ended unseen (it counts the live workers
+/// it finds, whoever started them), then spawns at most `limit` workers and leaves them
+/// running: each holds its lock, and a gateway started later adopts it.
+pub async fn dispatch_once(
+    home: Home,
+    board: &BoardHandle,
+    config: &Config,
+    limit: Option<u32>,
+) -> Result<SpawnPass, BoardError> {
+    let mut workers = Workers::by(home, DISPATCH);
+    let spawns = board.call(|s| s.live_spawns()).await?;
+    workers.adopt(board, config, &spawns).await?;
+    let pass = workers.spawn(board, config, limit).await?;
+    // The workers go on by themselves; dropping their handles neither stops nor waits for them.
+    workers.live.clear();
+    Ok(pass)
 }
 
 /// A worker this process did not start, as its spawn-ledger row describes it.

@@ -622,3 +622,115 @@ fn an_unreachable_provider_costs_no_card_its_budget_and_pauses_the_spawns() {
     );
     assert!(gateway.stop().clean());
 }
+
+#[test]
+fn a_worker_that_runs_on_after_its_run_ended_is_stopped_before_its_card_runs_again() {
+    let board =
+        WorkerBoard::new("  max_spawn: 2\n  failure_limit: 2\n  spawn_backoff_seconds: 0\n");
+    // The real worker blocks `transient` (its run ends, the card is ready again at once), then
+    // the stand-in around it runs on, as upstream's superseded workers did (#109747).
+    let stand_in = StandIn::new(
+        board.scratch.root(),
+        "\"$REAL_HERMES\" \"$@\"\nexec sleep 60",
+    );
+    let card = board.ready_card("requeued");
+    board.provider.reply(&card, block("transient"));
+    let census = board.census(Some(&stand_in));
+    let bin = stand_in.path.to_string_lossy().into_owned();
+    let gateway = board.gateway(&[
+        ("HERMES_BIN", &bin),
+        ("REAL_HERMES", env!("CARGO_BIN_EXE_hermes")),
+    ]);
+    wait_until_or(
+        || board.events(&card, "spawn_parked") == 1,
+        WAIT,
+        "two runs and the park",
+        || gateway.tail(),
+    );
+    // Never two live workers for the card: the second was forked only once every process of
+    // the first was gone.
+    let spans: Vec<(i64, Option<i64>)> = {
+        let conn = board.db();
+        let mut stmt = conn
+            .prepare("SELECT started_at_ms, exited_at_ms FROM hermes_spawn_ledger ORDER BY run_id")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    let first_gone = spans[0].1.expect("the first worker was stopped");
+    assert!(spans[1].0 >= first_gone, "{spans:?}");
+    wait_until_or(
+        || census.alive().is_empty(),
+        WAIT,
+        "the last one stopped too",
+        || gateway.tail(),
+    );
+    assert_eq!(board.run_outcomes(&card), ["requeued", "requeued"]);
+    assert!(gateway.stop().clean());
+}
+
+#[test]
+fn kanban_dispatch_keeps_the_cap_zero_means_none_and_a_gateway_adopts_what_it_spawned() {
+    let board = WorkerBoard::new("  max_spawn: 0\n");
+    let stand_in = StandIn::new(board.scratch.root(), "exec sleep 60");
+    let cards: Vec<String> = (0..3)
+        .map(|i| board.ready_card(&format!("card {i}")))
+        .collect();
+    let census = board.census(Some(&stand_in));
+    let bin = stand_in.path.to_string_lossy().into_owned();
+    let dispatch = |args: &[&str]| {
+        let mut all = vec!["kanban", "dispatch", "--json"];
+        all.extend_from_slice(args);
+        board.scratch.run_env(&all, &[], &[("HERMES_BIN", &bin)])
+    };
+    // `max_spawn: 0` means none here as in the gateway (upstream's dispatch read it as no cap).
+    let none = dispatch(&[]);
+    assert!(none.success(), "{none}");
+    assert_eq!(none.json()["spawned"], json!([]));
+    board.configure("  max_spawn: 2\n");
+    assert_eq!(dispatch(&["--max", "0"]).json()["spawned"], json!([]));
+    let first = dispatch(&[]).json();
+    assert_eq!(first["spawned"].as_array().unwrap().len(), 2, "{first}");
+    wait_until_or(
+        || census.alive().len() == 2,
+        WAIT,
+        "the two workers",
+        || String::new(),
+    );
+    // They outlive the command, and count against the cap for the next one.
+    let second = dispatch(&[]).json();
+    assert_eq!(second["spawned"], json!([]));
+    assert_eq!(second["live"], 2);
+    assert_eq!(
+        cards
+            .iter()
+            .filter(|c| board.status(c) == "running")
+            .count(),
+        2
+    );
+
+    // A gateway adopts them (the cap full, the third card waits), and a dispatch beside it is
+    // refused: one dispatcher per board.
+    let gateway = board.gateway_with(&stand_in);
+    wait_until_or(
+        || gateway.log().matches("adopted a live worker").count() == 2,
+        WAIT,
+        "both adopted",
+        || gateway.tail(),
+    );
+    let refused = dispatch(&[]);
+    assert_eq!(refused.code, Some(1), "{refused}");
+    assert!(refused.stderr.contains("another dispatcher"), "{refused}");
+    board.prove_ticks(&gateway);
+    assert_eq!(census.alive().len(), 2);
+    assert!(gateway.stop().clean());
+    wait_until_or(
+        || census.alive().is_empty(),
+        WAIT,
+        "the adopted workers stopped",
+        || String::new(),
+    );
+}
