@@ -160,8 +160,10 @@ pub(crate) struct Workers {
     /// [`GATEWAY`] or [`DISPATCH`].
     origin: &'static str,
     live: HashMap<i64, Live>,
-    /// Spawning held back (the pause, the ceiling, a board that cannot be used).
+    /// Spawning held back (the pause, the ceiling).
     gate_notice: Notice,
+    /// The board cannot be used for the spawn half (read or written).
+    board_notice: Notice,
     /// A worker could not be started.
     spawn_notice: Notice,
     /// A lock that cannot be read (its worker is counted as live meanwhile).
@@ -181,6 +183,7 @@ impl Workers {
             origin,
             live: HashMap::new(),
             gate_notice: Notice::default(),
+            board_notice: Notice::default(),
             spawn_notice: Notice::default(),
             lock_notice: Notice::default(),
             announced_parks: HashSet::new(),
@@ -189,11 +192,19 @@ impl Workers {
 
     /// One tick of the spawn half (see the module docs).
     pub(crate) async fn tick(&mut self, board: &BoardHandle, config: &Config) {
-        if let Err(err) = self.tend(board, config).await {
-            self.gate_notice.warn_keyed(
+        match self.tend(board, config).await {
+            Ok(()) => {
+                if self.board_notice.clear() {
+                    info!("the workers' records can be written again");
+                }
+            }
+            Err(err) => self.board_notice.warn_keyed(
                 &error_chain(&err),
-                &format!("cannot tend the workers: {}", error_chain(&err)),
-            );
+                &format!(
+                    "cannot record the workers' runs: {}; no worker is spawned meanwhile",
+                    error_chain(&err)
+                ),
+            ),
         }
     }
 
@@ -233,8 +244,13 @@ impl Workers {
                     "ran past its runtime limit ({}s) and was stopped",
                     live.runtime.as_secs()
                 );
+                // Closed first, so the worker's own writes stop counting, then stopped.
+                let task_id = live.task_id.clone();
                 close(board, config, run_id, RunOutcome::TimedOut, reason).await?;
-                live.stop(now);
+                self.announce_park(board, &task_id).await?;
+                if let Some(live) = self.live.get_mut(&run_id) {
+                    live.stop(now);
+                }
             } else if !run_open || live.stopping.is_some() || live.exit.is_some() {
                 // Its run is over (or it is being stopped, or only descendants are left): no
                 // process of it may outlive that.
