@@ -146,6 +146,14 @@ fn a_card_whose_workers_never_complete_is_spawned_failure_limit_times_waiting_lo
     let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(gaps[0] >= Duration::from_millis(300), "{gaps:?}");
     assert!(gaps[1] >= Duration::from_millis(600), "{gaps:?}");
+    // The WARN comes once the worker that recorded the park is reaped; then never again.
+    wait_until_or(
+        || spawn_park_warnings(&gateway.log(), &card) > 0,
+        WAIT,
+        "the park's WARN",
+        || gateway.tail(),
+    );
+    board.prove_ticks(&gateway);
     assert_eq!(
         spawn_park_warnings(&gateway.log(), &card),
         1,
