@@ -46,8 +46,8 @@ pub use files::{BoardFiles, BoardPart, FileChange, FileId};
 pub use guards::{AutoGate, Pause, HOUR_MS};
 pub use handle::{BoardError, BoardFile, BoardHandle};
 pub use ledger::{
-    CardUsage, LedgerClose, LedgerOpen, ModelUsage, UsagePause, UsageReport, UsageTotals,
-    UsageWindow,
+    CardUsage, HalfUsage, Halves, LedgerClose, LedgerOpen, ModelUsage, UsagePause, UsageReport,
+    UsageTotals, UsageWindow, WorkerUsage,
 };
 pub use recovery::{
     AutoDecomposeSwitch, CallFilter, ClearedPause, LedgerCall, ResumeRecord, UnparkRefusal,

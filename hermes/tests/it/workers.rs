@@ -83,6 +83,33 @@ fn a_ready_card_gets_one_worker_whose_turns_carry_the_tools_and_its_card() {
     );
     let purposes: Vec<String> = board.column("SELECT purpose FROM hermes_aux_ledger", &[]);
     assert_eq!(purposes, ["worker", "worker"]);
+    // `kanban usage` shows the workers' half beside decompose's, and every turn in --calls.
+    let usage = board.usage();
+    assert_eq!(usage["halves"]["worker"]["calls"], 2, "{usage}");
+    assert_eq!(usage["halves"]["worker"]["spawns"], 2);
+    assert_eq!(usage["halves"]["worker"]["charged"], 0);
+    assert_eq!(usage["halves"]["decompose"]["calls"], 0);
+    assert_eq!(
+        usage["totals"]["calls"], 2,
+        "one ceiling counts both halves"
+    );
+    let text = board.scratch.ok(&["kanban", "usage"]).stdout;
+    assert!(
+        text.contains("workers 2 calls") && text.contains("in 2 runs"),
+        "{text}"
+    );
+    let calls = board
+        .scratch
+        .ok(&["kanban", "usage", "--calls", "--json"])
+        .stdout;
+    assert_eq!(
+        calls
+            .lines()
+            .filter(|l| l.contains("\"origin\":\"worker\""))
+            .count(),
+        2,
+        "{calls}"
+    );
     assert!(
         census.alive().is_empty(),
         "no worker process outlives its run"
@@ -706,7 +733,7 @@ fn kanban_dispatch_keeps_the_cap_zero_means_none_and_a_gateway_adopts_what_it_sp
         || census.alive().len() == 2,
         WAIT,
         "the two workers",
-        || String::new(),
+        String::new,
     );
     // They outlive the command, and count against the cap for the next one.
     let second = dispatch(&[]).json();
@@ -739,6 +766,6 @@ fn kanban_dispatch_keeps_the_cap_zero_means_none_and_a_gateway_adopts_what_it_sp
         || census.alive().is_empty(),
         WAIT,
         "the adopted workers stopped",
-        || String::new(),
+        String::new,
     );
 }
