@@ -338,7 +338,7 @@ section! {
         /// Paid turns one worker run may take (S1: a spawn's requests stay within it, plus the
         /// retries inside each turn).
         pub max_turns: u32 = whole("agent.max_turns", "turns", Some(DEFAULT_MAX_TURNS), 1, 1000)
-            .meaning("paid turns (requests, plus retries) one worker run may take"),
+            .meaning("turns one worker run may take (each one paid request, plus its retries)"),
     }
 }
 
