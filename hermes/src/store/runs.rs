@@ -83,6 +83,9 @@ pub enum ClaimRefusal {
     /// A run of the card is still open (a worker of any process, or another tool's).
     #[error("a run of it is still open (run {run_id})")]
     Running { run_id: i64 },
+    /// The worker of an ended run of it still runs (S2).
+    #[error("the worker of its run {run_id} still runs")]
+    StillRunning { run_id: i64 },
     /// Its text cannot be read as text: it is set aside (parked) instead of sent lossily.
     #[error("{why}; set aside: fix the row, then `hermes kanban unpark` it")]
     Unreadable { why: String },
@@ -204,7 +207,8 @@ pub struct Gone {
 
 impl Store {
     /// The ready cards a worker may be spawned for now, at most `limit`, never one in `exclude`:
-    /// with an assignee, no open run, not parked and out of backoff (S1, S3), cards that never
+    /// with an assignee, no open run and no live worker (S2), not parked and out of backoff
+    /// (S1, S3), cards that never
     /// failed first (a failing card never takes a fresh card's slot), then by priority and age.
     pub fn spawnable(
         &self,
@@ -225,6 +229,8 @@ impl Store {
                        AND (s.due_at_ms IS NULL OR s.due_at_ms <= ?1)
                        AND NOT EXISTS (SELECT 1 FROM task_runs r
                                        WHERE r.task_id = t.id AND r.ended_at IS NULL)
+                       AND NOT EXISTS (SELECT 1 FROM hermes_spawn_ledger l
+                                       WHERE l.task_id = t.id AND l.exited_at_ms IS NULL)
                      ORDER BY COALESCE(s.failures, 0) > 0, t.priority DESC, t.created_at, t.rowid",
                 )
                 .sql("selecting cards to spawn")?;
@@ -443,6 +449,11 @@ fn claim_run(
     if let Some(run_id) = open_run_of(tx, task_id)? {
         return Ok(Err(ClaimRefusal::Running { run_id }));
     }
+    // A worker whose run ended may still run (it went on after its terminal call, or it is
+    // being stopped): the card waits until every process of it is gone (S2).
+    if let Some(run_id) = live_worker_of(tx, task_id)? {
+        return Ok(Err(ClaimRefusal::StillRunning { run_id }));
+    }
     let rules = policy.rules.for_card(card.max_retries);
     let before = read_spawn_state(tx, task_id)?;
     if let Some(why) = card.unreadable {
@@ -591,6 +602,17 @@ fn open_run_of(conn: &Connection, task_id: &str) -> Result<Option<i64>, StoreErr
     )
     .optional()
     .sql("looking for an open run")
+}
+
+fn live_worker_of(conn: &Connection, task_id: &str) -> Result<Option<i64>, StoreError> {
+    conn.query_row(
+        "SELECT run_id FROM hermes_spawn_ledger WHERE task_id = ?1 AND exited_at_ms IS NULL
+         LIMIT 1",
+        [task_id],
+        |r| r.get(0),
+    )
+    .optional()
+    .sql("looking for a live worker")
 }
 
 fn run_is_open(conn: &Connection, run_id: i64) -> Result<bool, StoreError> {

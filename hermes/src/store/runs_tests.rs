@@ -62,6 +62,21 @@ fn end(store: &mut Store, run_id: i64, outcome: RunOutcome, now_ms: i64) -> Opti
         .unwrap()
 }
 
+/// Ends a run and lets its worker's processes go, as the spawner records both.
+fn finish(store: &mut Store, run_id: i64, outcome: RunOutcome, now_ms: i64) -> Closed {
+    let closed = end(store, run_id, outcome, now_ms).unwrap();
+    let gone = Gone {
+        run_id,
+        exit: Some(Some(0)),
+        rules: rules(2),
+        by: "gateway".into(),
+        now_ms,
+        pause: None,
+    };
+    store.worker_gone(&gone).unwrap();
+    closed
+}
+
 fn status(store: &Store, id: &str) -> String {
     store.get(id).unwrap().status.to_string()
 }
@@ -343,7 +358,7 @@ fn failing_runs_back_off_doubling_and_park_the_card_at_the_limit() {
     let (_dir, mut store) = scratch();
     let id = ready_card(&mut store, "flaky");
     let first = claim(&mut store, &id);
-    let closed = end(&mut store, first.run_id, RunOutcome::Crashed, NOW).unwrap();
+    let closed = finish(&mut store, first.run_id, RunOutcome::Crashed, NOW);
     assert_eq!(
         (closed.card, closed.failures, closed.limit),
         (CardMove::Ready, 1, 2)
@@ -369,13 +384,12 @@ fn failing_runs_back_off_doubling_and_park_the_card_at_the_limit() {
         .unwrap()
         .unwrap();
     assert_eq!(second.spawn, 2);
-    let closed = end(
+    let closed = finish(
         &mut store,
         second.run_id,
         RunOutcome::ProtocolViolation,
         NOW + 2_000,
-    )
-    .unwrap();
+    );
     assert!(closed.parked);
     let card = store.get(&id).unwrap();
     assert_eq!(
@@ -412,11 +426,45 @@ fn failing_runs_back_off_doubling_and_park_the_card_at_the_limit() {
 }
 
 #[test]
+fn a_card_is_not_spawned_again_while_the_worker_of_its_ended_run_still_runs() {
+    let (_dir, mut store) = scratch();
+    let id = ready_card(&mut store, "ran on");
+    let ticket = claim(&mut store, &id);
+    end(&mut store, ticket.run_id, RunOutcome::Requeued, NOW).unwrap();
+    assert_eq!(status(&store, &id), "ready");
+    let later = NOW + 10_000;
+    assert!(store
+        .spawnable(later, 10, &HashSet::new())
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store.claim_run(&id, &policy(10, later)).unwrap(),
+        Err(ClaimRefusal::StillRunning {
+            run_id: ticket.run_id
+        })
+    );
+    let gone = Gone {
+        run_id: ticket.run_id,
+        exit: Some(Some(0)),
+        rules: rules(2),
+        by: "gateway".into(),
+        now_ms: later,
+        pause: None,
+    };
+    assert_eq!(
+        store.worker_gone(&gone).unwrap(),
+        None,
+        "its end was recorded already"
+    );
+    assert_eq!(store.spawnable(later, 10, &HashSet::new()).unwrap(), [id]);
+}
+
+#[test]
 fn fresh_cards_are_offered_before_failing_ones() {
     let (_dir, mut store) = scratch();
     let failing = ready_card(&mut store, "failing");
     let run = claim(&mut store, &failing);
-    end(&mut store, run.run_id, RunOutcome::Crashed, NOW - 10_000).unwrap();
+    finish(&mut store, run.run_id, RunOutcome::Crashed, NOW - 10_000);
     let fresh = ready_card(&mut store, "fresh");
     let none = HashSet::new();
     assert_eq!(
