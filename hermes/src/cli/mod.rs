@@ -20,6 +20,7 @@ pub mod man;
 pub mod render;
 pub mod resume;
 pub mod show;
+pub mod unblock;
 pub mod unpark;
 pub mod usage;
 
@@ -125,6 +126,8 @@ pub enum KanbanCommand {
     /// Spawn workers for ready cards once, under the gateway's bounds (a gateway does it every
     /// tick).
     Dispatch(dispatch::DispatchArgs),
+    /// Send a card a worker blocked back to ready (a person's answer).
+    Unblock(unblock::UnblockArgs),
 }
 
 impl Command {
@@ -519,6 +522,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
             KanbanCommand::Resume(a) => resume::run(&ctx, a),
             KanbanCommand::AutoDecompose(a) => auto_decompose::run(&ctx, a),
             KanbanCommand::Dispatch(a) => dispatch::run(&ctx, a),
+            KanbanCommand::Unblock(a) => unblock::run(&ctx, a),
         },
         Command::Gateway(GatewayCommand::Run(a)) => gateway::run(&ctx, a),
         Command::Chat(a) => chat::run(&ctx, a, cli.profile.clone()),

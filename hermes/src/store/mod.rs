@@ -57,7 +57,10 @@ pub use redate::{Redated, CLOCK_SKEW};
 pub use runs::{
     ClaimRefusal, Closed, Gone, LiveSpawn, RunClose, RunTicket, SpawnPolicy, MAX_RUNTIME,
 };
-pub use worker::{SpawnUnparkRefusal, SpawnUnparked, WorkerRefusal, WorkerRequestOpen, WorkerRun};
+pub use worker::{
+    SpawnUnparkRefusal, SpawnUnparked, UnblockRefusal, Unblocked, WorkerRefusal, WorkerRequestOpen,
+    WorkerRun,
+};
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);

@@ -506,6 +506,13 @@ fn blocks_hand_the_card_over_or_are_charged() {
     let card = store.get(&asks).unwrap();
     assert_eq!(card.block_kind.as_deref(), Some("needs_input"));
     assert_eq!(card.status.to_string(), "blocked");
+    assert!(
+        store
+            .spawnable(NOW, 10, &HashSet::new())
+            .unwrap()
+            .is_empty(),
+        "a card handed to a person is never offered"
+    );
 
     // A dependency on nothing open is upstream's every-tick loop: charged, back to ready later.
     let orphan = ready_card(&mut store, "orphan");
@@ -691,5 +698,59 @@ fn heartbeats_and_comments_are_recorded_for_the_worker_that_owns_the_run() {
     assert!(matches!(
         store.unpark_spawns(&id, rules(2), "ops").unwrap(),
         Err(SpawnUnparkRefusal::Running { .. })
+    ));
+}
+
+#[test]
+fn a_person_unblocks_a_block_but_not_a_park() {
+    use crate::store::UnblockRefusal;
+    let (_dir, mut store) = scratch();
+    let asks = ready_card(&mut store, "asks");
+    let t = claim(&mut store, &asks);
+    store
+        .close_run(&RunClose {
+            kind: Some(BlockKind::Capability),
+            ..RunClose::new(
+                t.run_id,
+                RunOutcome::Blocked,
+                "no access",
+                "worker",
+                rules(2),
+                NOW,
+            )
+        })
+        .unwrap();
+    let done = store.unblock(&asks, "ops").unwrap().unwrap();
+    assert_eq!(
+        (done.kind.as_deref(), done.status.as_str()),
+        (Some("capability"), "ready")
+    );
+    assert_eq!(store.get(&asks).unwrap().block_kind, None);
+    assert_eq!(event_kinds(&store, &asks).last().unwrap(), "unblocked");
+    assert!(matches!(
+        store.unblock(&asks, "ops").unwrap(),
+        Err(UnblockRefusal::NotBlocked { .. })
+    ));
+    let parked = ready_card(&mut store, "parked");
+    let t = claim(&mut store, &parked);
+    let closed = store
+        .close_run(&RunClose::new(
+            t.run_id,
+            RunOutcome::Crashed,
+            "x",
+            "gateway",
+            rules(1),
+            NOW,
+        ))
+        .unwrap()
+        .unwrap();
+    assert!(closed.parked);
+    assert!(matches!(
+        store.unblock(&parked, "ops").unwrap(),
+        Err(UnblockRefusal::Parked { .. })
+    ));
+    assert!(matches!(
+        store.unblock("t_00000000", "ops").unwrap(),
+        Err(UnblockRefusal::NoSuchTask(_))
     ));
 }

@@ -79,6 +79,30 @@ pub enum SpawnUnparkRefusal {
     Running { task_id: String, run_id: i64 },
 }
 
+/// What unblocking a card did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unblocked {
+    pub task_id: String,
+    /// The block's kind, if it had one.
+    pub kind: Option<String>,
+    /// `ready`, or `todo` while a parent is open.
+    pub status: String,
+}
+
+/// Why a card was not unblocked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnblockRefusal {
+    #[error("no such task: {0}")]
+    NoSuchTask(String),
+    #[error("{task_id} is not blocked (status {status})")]
+    NotBlocked { task_id: String, status: String },
+    #[error(
+        "{task_id} is parked by its spawn budget, not blocked by a worker: `hermes kanban unpark \
+         {task_id}` gives it a fresh budget"
+    )]
+    Parked { task_id: String },
+}
+
 impl Store {
     /// The worker's run, while it is open and carries `lease`.
     pub fn worker_run(&self, run_id: i64, lease: &str) -> Result<Option<WorkerRun>, StoreError> {
@@ -302,6 +326,70 @@ impl Store {
                 task_id: task_id.to_owned(),
                 failures_before: before.map_or(0, |s| s.failures),
                 status,
+            }))
+        })
+    }
+}
+
+impl Store {
+    /// A person's answer to a block (S8): the card goes back to `ready` (or `todo` while a
+    /// parent is open) with its kind cleared and an `unblocked` event, and is spawned again from
+    /// the next tick. Its spawn budget is left as it is: a block was never charged. A card parked
+    /// by its spawn budget is refused (`unpark` is its verb).
+    pub fn unblock(
+        &mut self,
+        task_id: &str,
+        by: &str,
+    ) -> Result<Result<Unblocked, UnblockRefusal>, StoreError> {
+        self.write(|tx| {
+            let card: Option<(String, Option<String>)> = tx
+                .query_row(
+                    "SELECT status, block_kind FROM tasks WHERE id = ?1",
+                    [task_id],
+                    |r| {
+                        Ok((
+                            lenient::text(r, 0)?.unwrap_or_default(),
+                            lenient::text(r, 1)?,
+                        ))
+                    },
+                )
+                .optional()
+                .sql("reading the card")?;
+            let Some((status, kind)) = card else {
+                return Ok(Err(UnblockRefusal::NoSuchTask(task_id.to_owned())));
+            };
+            if status != "blocked" {
+                return Ok(Err(UnblockRefusal::NotBlocked {
+                    task_id: task_id.to_owned(),
+                    status,
+                }));
+            }
+            let parked = read_spawn_state(tx, task_id)?.is_some_and(|s| s.parked_at_ms.is_some());
+            if parked && kind.is_none() {
+                return Ok(Err(UnblockRefusal::Parked {
+                    task_id: task_id.to_owned(),
+                }));
+            }
+            let back = if waits_for_parent(tx, task_id)? {
+                CardMove::WaitsForParents.status()
+            } else {
+                CardMove::Ready.status()
+            };
+            tx.execute(
+                "UPDATE tasks SET status = ?2, block_kind = NULL WHERE id = ?1",
+                params![task_id, back],
+            )
+            .sql("unblocking the card")?;
+            add_event(
+                tx,
+                task_id,
+                "unblocked",
+                Some(&json!({"by": by, "kind": kind, "status": back})),
+            )?;
+            Ok(Ok(Unblocked {
+                task_id: task_id.to_owned(),
+                kind,
+                status: back.to_owned(),
             }))
         })
     }

@@ -558,6 +558,15 @@ fn a_card_a_worker_hands_to_a_person_is_never_spawned_again() {
         .scratch
         .json(&["kanban", "list", "--parked", "--json"]);
     assert_eq!(parked, json!([]), "handed to a person, not parked");
+    // The person answers: the card is spawned again (and blocks again: one more session).
+    let answer = board.scratch.json(&["kanban", "unblock", &card, "--json"]);
+    assert_eq!(answer["kind"], "needs_input");
+    wait_until_or(
+        || board.sessions(&card) == 2,
+        WAIT,
+        "a worker after the answer",
+        || gateway.tail(),
+    );
     assert!(gateway.stop().clean());
 }
 
