@@ -181,6 +181,10 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
         ),
     }
 
+    if dispatching {
+        spawn::announce(&config);
+    }
+
     let Some(setup) = setup else {
         tokio::select! {
             _ = sigterm.recv() => {}

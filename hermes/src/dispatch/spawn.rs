@@ -690,6 +690,18 @@ async fn close(
     Ok(())
 }
 
+/// The start's word on workers: that they are paid sessions, and how many may run.
+pub fn announce(config: &Config) {
+    let max_spawn = config.kanban.max_spawn;
+    if max_spawn > 0 {
+        info!(
+            max_spawn,
+            "workers: up to {max_spawn} at once (kanban.max_spawn), each a paid agent session on \
+             model.default for a ready card with an assignee; `kanban.max_spawn: 0` spawns none"
+        );
+    }
+}
+
 /// The board-wide pause a worker's exit code calls for (S4): upstream's rate-limit code pauses
 /// as a 429 without `Retry-After`, its refused-for-good code as a 401/402/403.
 pub fn exit_pause(code: i32, config: &Config) -> Option<PauseRecord> {
@@ -781,4 +793,39 @@ fn worker_command(home: &Home, ticket: &RunTicket, lock: &HeldLock) -> std::io::
         });
     }
     Ok(command)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_upstreams_two_exit_codes_pause_the_board_each_as_its_refusal_would() {
+        let config = Config::default();
+        let now = now_ms();
+        let limited = exit_pause(EXIT_RATE_LIMITED, &config).unwrap();
+        assert!(limited.until_ms >= now + 59_000 && limited.until_ms <= now_ms() + 60_000);
+        assert!(limited.reason.contains("exited 75"));
+        let refused = exit_pause(EXIT_PROVIDER_REFUSED, &config).unwrap();
+        assert!(refused.until_ms >= now + 899_000, "the provider cooldown");
+        assert!(refused.reason.contains("exited 78"));
+        for other in [0, 1, 2, 74, 76, 77, 79, 137, -1] {
+            assert_eq!(exit_pause(other, &config), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_workers_logs_and_locks_live_beside_its_board() {
+        let home = Home::at("/srv/board");
+        assert_eq!(board_dir(&home), PathBuf::from("/srv/board"));
+        let dir = tempfile::tempdir().unwrap();
+        let lock = new_lock(dir.path()).unwrap();
+        assert_eq!(
+            lock.path().parent(),
+            Some(dir.path().join("workers").as_path())
+        );
+        assert_eq!(liveness::probe(lock.path()), Holder::Held);
+        let other = new_lock(dir.path()).unwrap();
+        assert_ne!(lock.path(), other.path(), "one lock file per run");
+    }
 }

@@ -118,7 +118,9 @@ pub fn measure_reaping(reference: &'static Target, runs: usize) -> anyhow::Resul
     let mut worker_rss = Vec::with_capacity(runs);
     for run in 0..runs {
         let board = board(reference, LIVE_WORKERS as u32);
-        board.aux().reply_default(Reply::hang(Duration::from_secs(300)));
+        board
+            .aux()
+            .reply_default(Reply::hang(Duration::from_secs(300)));
         let cards: Vec<String> = (0..LIVE_WORKERS)
             .map(|i| board.create(&format!("held card {i}"), &["--assignee", "coder"]))
             .collect();
@@ -131,18 +133,32 @@ pub fn measure_reaping(reference: &'static Target, runs: usize) -> anyhow::Resul
             .filter(|pid| *pid != gateway.pid())
             .collect();
         if workers.len() < LIVE_WORKERS {
-            bail!("{} live workers found, {LIVE_WORKERS} expected", workers.len());
+            bail!(
+                "{} live workers found, {LIVE_WORKERS} expected",
+                workers.len()
+            );
         }
         let leader = memory(gateway.pid()).context("reading the gateway's memory")?;
         gateway_rss.push(leader.rss as f64);
-        worker_rss.push(workers.iter().filter_map(|&pid| memory(pid)).map(|m| m.rss).sum::<u64>() as f64);
+        worker_rss.push(
+            workers
+                .iter()
+                .filter_map(|&pid| memory(pid))
+                .map(|m| m.rss)
+                .sum::<u64>() as f64,
+        );
         let started = Instant::now();
         let report = gateway.stop();
         if !report.clean() {
-            bail!("the gateway did not stop cleanly: {report:?}\n{}", gateway.tail());
+            bail!(
+                "the gateway did not stop cleanly: {report:?}\n{}",
+                gateway.tail()
+            );
         }
         wait("every worker gone", &gateway, || {
-            workers.iter().all(|&pid| memory(pid).is_none_or(|m| m.rss == 0))
+            workers
+                .iter()
+                .all(|&pid| memory(pid).is_none_or(|m| m.rss == 0))
         })?;
         reaps.push(started.elapsed().as_secs_f64());
         eprint!("\rbench: reaping {}/{runs}", run + 1);
