@@ -150,6 +150,10 @@ impl Session {
                     return Ok(Sent::Over(Finish::Stopped));
                 }
             }
+            if *self.stop.borrow() {
+                // Nothing leaves once a stop was asked for.
+                return Ok(Sent::Over(Finish::Stopped));
+            }
             let row = match self.open_row(turn, try_no).await? {
                 Ok(row) => row,
                 Err(WorkerRefusal::RunClosed) => return Ok(Sent::Over(Finish::Lost)),
