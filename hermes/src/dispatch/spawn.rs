@@ -661,7 +661,8 @@ fn adopted(spawn: &LiveSpawn, lock_path: PathBuf) -> Live {
         child: None,
         exit: None,
         lock_path,
-        started_at_ms: spawn.started_at_ms,
+        // A start dated ahead (a clock that was set back) would stretch its runtime limit.
+        started_at_ms: spawn.started_at_ms.min(now_ms()),
         runtime: spawn.runtime,
         stopping: None,
     }
