@@ -39,7 +39,7 @@ use crate::core::{
 use crate::liveness::{self, HeldLock, Holder};
 use crate::store::{
     now_ms, AutoGate, BoardError, BoardHandle, ClaimRefusal, Closed, Gone, LiveSpawn, PauseRecord,
-    RunClose, RunTicket, SpawnPolicy,
+    RunClose, RunTicket, SpawnPolicy, StoreError,
 };
 use crate::worker::prompt::task_message;
 
@@ -197,6 +197,11 @@ impl Workers {
                 if self.board_notice.clear() {
                     info!("the workers' records can be written again");
                 }
+            }
+            // The board file was swapped under the gateway: its own check reports that, once,
+            // and reopens the board for the next tick.
+            Err(BoardError::Store(StoreError::FilesChanged { .. })) => {
+                debug!("the board's file changed; the workers are tended at the next tick");
             }
             Err(err) => self.board_notice.warn_keyed(
                 &error_chain(&err),
