@@ -9,7 +9,7 @@
 
 use fixtures::cli::CliOutput;
 use fixtures::config::key;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 /// A setting and the config that sets it to an absurd value.

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fixtures::gateway::StopReport;
-use fixtures::prelude::*;
 use fixtures::ticks::Window;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::STOP_GRACE;

@@ -2,14 +2,14 @@
 //! every kind of step and every provider behaviour keeps every check, on any target (upstream:
 //! only its listed gaps). The executor's own checks are proven in `reference_only::explore`.
 
-use fixtures::explore::findings::{gate_findings, Check};
-use fixtures::explore::schedule::{
+use explorer::findings::{gate_findings, Check};
+use explorer::schedule::{
     Behaviour, CardKind, CardPlan, Knob, KnobValue, Knobs, Schedule, Slot, Step,
 };
-use fixtures::explore::{execute, Run};
-use fixtures::prelude::*;
+use explorer::{execute, Run};
 use fixtures::target::Target;
 use fixtures::verdict::Judge;
+use judge::prelude::*;
 
 fn card(kind: CardKind, replies: &[Behaviour]) -> CardPlan {
     CardPlan {

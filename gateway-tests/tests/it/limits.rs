@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{blocked_probe_timeout, span_of_ticks};

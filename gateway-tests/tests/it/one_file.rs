@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fixtures::prelude::*;
 use fixtures::ticks::Window;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::spend_budget;

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use fixtures::prelude::*;
 use fixtures::target::current_target;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::span_of_ticks;

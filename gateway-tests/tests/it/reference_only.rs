@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
 use fixtures::target::current_target;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 

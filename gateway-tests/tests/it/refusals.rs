@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use fixtures::prelude::*;
 use fixtures::target::current_target;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{closed_port_url, span_of_ticks, STOP_GRACE};
@@ -94,7 +94,7 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
 
     let mut run = board.scenario();
     run.start().bills(1, || aux.bills(), "the first call");
-    let first_start = run.gateway().time_to_first_bill(aux);
+    let first_start = run.time_to_first_bill();
     run.watch(REFUSAL_DELAY - SIGTERM_AHEAD);
     let refused_at = Instant::now() + SIGTERM_AHEAD;
     let mut stopped = None;

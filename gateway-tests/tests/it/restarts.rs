@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use fixtures::prelude::*;
 use fixtures::target::current_target;
+use judge::prelude::*;
 use nix::sys::signal::Signal;
 use rstest::rstest;
 

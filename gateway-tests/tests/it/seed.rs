@@ -3,8 +3,8 @@
 //! children.
 
 use fixtures::aux_model::child_title;
-use fixtures::prelude::*;
 use fixtures::rows::Event;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{no_graph_findings, rebill_note, spend_budget};

@@ -4,8 +4,7 @@
 
 use fixtures::gateway::GatewaySpec;
 use fixtures::limits::set_file_size_limit;
-use fixtures::oracle::Invariant;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::span_of_ticks;

@@ -27,8 +27,8 @@ use anyhow::{bail, Context as _};
 use clap::Parser;
 
 use fixtures::config::{Config, KEYS};
-use fixtures::oracle::Invariant;
 use fixtures::target::Target;
+use judge::Invariant;
 use tools::workspace::Workspace;
 
 #[derive(Debug, Parser)]

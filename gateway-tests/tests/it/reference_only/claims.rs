@@ -15,7 +15,7 @@ use nix::unistd::Pid;
 
 use fixtures::aux_model::contract_task;
 use fixtures::gateway::Gateway;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::json;
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use fixtures::gateway::Gateway;
 use fixtures::gateway::GatewayError;
-use fixtures::prelude::*;
 use fixtures::ticks::Window;
 use fixtures::upstream::{DEFAULT_KEYS, DEFAULT_KEYS_YAML};
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 

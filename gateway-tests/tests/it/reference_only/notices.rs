@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use fixtures::limits::set_file_size_limit;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 

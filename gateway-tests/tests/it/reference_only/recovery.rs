@@ -4,7 +4,7 @@
 //! from a card and brings it back. Judged by the bills the fake provider saw.
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::span_of_ticks;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use fixtures::cli::CliOutput;
 use fixtures::gateway::Gateway;
-use fixtures::prelude::*;
 use fixtures::target::Readiness;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::json;
 

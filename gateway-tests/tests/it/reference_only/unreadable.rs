@@ -2,7 +2,7 @@
 //! aside without a request (parked, so `unpark` is the way back once the row is fixed), with one
 //! WARN naming each card and saying why.
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::PROBE_TICKS;
