@@ -122,7 +122,7 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     let second_had = fixtures::pace::ticking_after(first_start, board.target());
     let any_card_billed = || cards.iter().any(|card| aux.billed_for(card) > 0);
     let contested = try_wait_until(
-        || !run.gateway().running() || (any_card_billed() && second.ended_or_ran(second_had)),
+        || !run.running() || (any_card_billed() && second.ended_or_ran(second_had)),
         second_had + board.target().first_bill_timeout(),
         "a shared card in flight while the second gateway had its time to tick",
     );

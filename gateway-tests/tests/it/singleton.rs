@@ -45,7 +45,7 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     let second_had = fixtures::pace::ticking_after(first_start, target);
     let any_contested_billed = || contested.iter().any(|card| aux.billed_for(card) > 0);
     let held = try_wait_until(
-        || !run.gateway().running() || (any_contested_billed() && second.ended_or_ran(second_had)),
+        || !run.running() || (any_contested_billed() && second.ended_or_ran(second_had)),
         second_had + target.first_bill_timeout(),
         "a contested card in flight while the second gateway ended or had its time to tick",
     );

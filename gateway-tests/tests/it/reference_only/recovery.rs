@@ -38,7 +38,7 @@ fn a_parked_card_unparked_is_decomposed_by_the_gateway_with_one_bill(
         )
         .prove_ticks(2);
     let parked_bills = aux.billed_for(&card);
-    let parked_window = run.window().clone();
+    let parked_window = run.so_far();
     aux.reply(&card, Reply::graph(2, &[]));
     let unpark = board.cli_unchecked(["kanban", "unpark", card.as_str()]);
     run.until_left_triage(&card, "the unparked card decomposed by the gateway")
@@ -85,7 +85,7 @@ fn resume_lets_a_gateway_paused_by_a_refusal_bill_again(
     run.first_bill(&card)
         .watch(span_of_ticks(target, PROBE_TICKS));
     let paused_bills = aux.billed_for(&card);
-    let paused_window = run.window().clone();
+    let paused_window = run.so_far();
     aux.reply(&card, Reply::graph(2, &[]));
     let resume = board.cli_unchecked(["kanban", "resume"]);
     run.until_left_triage(&card, "the card decomposed after the resume")
@@ -131,7 +131,7 @@ fn auto_decompose_off_keeps_the_gateway_away_and_on_brings_it_back(
         .until_left_triage(&fresh, "the fresh card auto-decomposed")
         .prove_ticks(PROBE_TICKS);
     let bills_while_off = aux.billed_for(&card);
-    let off_window = run.window().clone();
+    let off_window = run.so_far();
     let on = board.cli_unchecked(["kanban", "auto-decompose", card.as_str(), "on"]);
     run.until_left_triage(&card, "the card switched on decomposed by the gateway")
         .prove_ticks(2);
