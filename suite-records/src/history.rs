@@ -8,6 +8,7 @@
 //! A config written is kept as the suite's own config record, `C` (the fixtures' `Config`): this
 //! floor does not know how settings are written, only that one was.
 
+use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -126,5 +127,86 @@ impl CliCall {
             out.push(arg.as_str());
         }
         out
+    }
+}
+
+/// A run's happenings in the order they happened, and what the judge and the explorer read off
+/// them.
+#[derive(Debug, Clone)]
+pub struct Happenings<C>(pub Vec<Happening<C>>);
+
+impl<C> Deref for Happenings<C> {
+    type Target = [Happening<C>];
+
+    fn deref(&self) -> &[Happening<C>] {
+        &self.0
+    }
+}
+
+impl<C: Clone> Happenings<C> {
+    /// Every CLI call, by start time.
+    pub fn cli_calls(&self) -> Vec<(Instant, CliCall)> {
+        self.iter()
+            .filter_map(|happening| match &happening.what {
+                What::Cli(call) => Some((happening.at, call.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every config written, with when it was written.
+    pub fn configs(&self) -> Vec<(Instant, C)> {
+        self.iter()
+            .filter_map(|happening| match &happening.what {
+                What::Config(config) => Some((happening.at, (**config).clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every `.env` written, with when (the fixtures' own first).
+    pub fn dotenvs(&self) -> Vec<(Instant, Vec<u8>)> {
+        self.iter()
+            .filter_map(|happening| match &happening.what {
+                What::DotEnv(bytes) => Some((happening.at, bytes.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether any process of the run ended uncleanly: SIGKILLed on purpose, stopped only by
+    /// escalating to SIGKILL, or a CLI call killed at its timeout. Rows it left in flight are
+    /// then expected until a later process closes them.
+    pub fn any_unclean_end(&self) -> bool {
+        self.iter().any(|happening| match &happening.what {
+            What::GatewayKilled { .. } => true,
+            What::GatewayStopped { report, .. } => report.escalated,
+            What::Cli(call) => call.timed_out,
+            _ => false,
+        })
+    }
+
+    /// The rows written as another tool would: each statement and the card it was about.
+    pub fn arranged(&self) -> Vec<(String, Option<String>)> {
+        self.iter()
+            .filter_map(|happening| match &happening.what {
+                What::Arranged { sql, card } => Some((sql.clone(), card.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The logs of every gateway started.
+    pub fn gateway_logs(&self) -> Vec<PathBuf> {
+        let mut logs: Vec<PathBuf> = self
+            .iter()
+            .filter_map(|happening| match &happening.what {
+                What::GatewayStarted { log, .. } => Some(log.clone()),
+                _ => None,
+            })
+            .collect();
+        logs.sort();
+        logs.dedup();
+        logs
     }
 }

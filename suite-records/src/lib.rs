@@ -11,6 +11,7 @@
 //! | [`stop`] | how a guarded process's stop went |
 //! | [`window`] | the span a gateway test's counts cover, and why it was cut short |
 //! | [`kind`] | the ways a verdict can fail, each belonging to one promise of the contract |
+//! | [`verdict`] | the verdict records `cargo conformance` reports from, and the test keys they are keyed by |
 
 #![warn(missing_docs)]
 
@@ -19,4 +20,5 @@ pub mod history;
 pub mod journal;
 pub mod kind;
 pub mod stop;
+pub mod verdict;
 pub mod window;
