@@ -22,7 +22,10 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tracing::{debug, info, warn};
 
-pub use lock::{DispatchGate, LockError, SingletonLock, UpstreamLockState, UpstreamLocks};
+pub use lock::{
+    dispatcher_locks_held, DispatchGate, LockError, LockProbe, SingletonLock, UpstreamLockState,
+    UpstreamLocks,
+};
 use notice::Notice;
 
 use crate::auto::{self, Picked};
