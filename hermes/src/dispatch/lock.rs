@@ -115,7 +115,7 @@ impl SingletonLock {
         let file = match File::open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return match creatable(&path) {
+                return match may_create(&path) {
                     Ok(()) => LockProbe::Free { path },
                     Err(error) => LockProbe::Unusable { path, error },
                 };
@@ -193,18 +193,23 @@ fn canonical_board(db_path: &Path) -> PathBuf {
 
 /// Whether `path` could be created: its nearest existing ancestor is a directory this process
 /// may write to.
-fn creatable(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
+pub(crate) fn may_create(path: &Path) -> std::io::Result<()> {
     let dir = path
         .ancestors()
         .skip(1)
         .find(|dir| dir.as_os_str().is_empty() || dir.exists())
         .filter(|dir| !dir.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let name = std::ffi::CString::new(dir.as_os_str().as_bytes())
+    may_access(dir, libc::W_OK | libc::X_OK)
+}
+
+/// Whether this process may use `path` as `mode` says (`access(2)`: `R_OK`, `W_OK`, `X_OK`).
+pub(crate) fn may_access(path: &Path, mode: libc::c_int) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     // SAFETY: `name` is a NUL-terminated path that lives across the call.
-    if unsafe { libc::access(name.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
+    if unsafe { libc::access(name.as_ptr(), mode) } == 0 {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())

@@ -245,7 +245,7 @@ mod tests {
         .unwrap();
         drop(raw);
         let expected_due = store.due_cards(now, usize::MAX, &HashSet::new()).unwrap();
-        assert_eq!(expected_due, [due.clone()]);
+        assert_eq!(expected_due, [due]);
         drop(store);
         // Closed, the board is whole in its one file (the store folded its WAL in).
         for part in [BoardPart::Wal, BoardPart::Shm] {
