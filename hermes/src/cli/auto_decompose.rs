@@ -27,6 +27,7 @@ on is due when its backoff ends (now, if it has none), and a parked card stays p
 unpark`). Each change adds an \
 `auto_decompose_disabled` / `auto_decompose_enabled` event; asking for the setting the card \
 already has changes nothing.
+
 With --json: {\"task_id\", \"auto_decompose\": true|false, \"changed\", \"next_attempt_at\"} \
 (unix seconds, or null when the card is not scheduled).")]
 pub struct AutoDecomposeArgs {

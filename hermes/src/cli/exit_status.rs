@@ -170,11 +170,37 @@ fn codes_of(path: &[&str]) -> Option<&'static [(u8, &'static str)]> {
 /// The section: one line per code, then the usage error every command shares.
 fn section(codes: &[(u8, &str)]) -> String {
     let mut text = String::from("Exit status:");
-    for (code, meaning) in codes {
-        text.push_str(&format!("\n  {code}  {meaning}"));
+    let usage = (
+        2,
+        "usage error (a bad or missing argument): nothing was done",
+    );
+    for (code, meaning) in codes.iter().chain([&usage]) {
+        text.push_str(&format!("\n  {code}  {}", hanging(meaning)));
     }
-    text.push_str("\n  2  usage error (a bad or missing argument): nothing was done");
     text
+}
+
+/// Where a meaning's lines are broken, so that a continued line keeps its indent (help is
+/// wrapped at the terminal's width, but without indent; 80 columns fits nearly every one).
+const WIDTH: usize = 80;
+
+/// `meaning` broken into lines of at most [`WIDTH`] columns after the code, each continued
+/// line indented under the first.
+fn hanging(meaning: &str) -> String {
+    const INDENT: &str = "     ";
+    let mut lines = vec![String::new()];
+    for word in meaning.split_whitespace() {
+        let line = lines.last_mut().expect("one line at least");
+        if !line.is_empty() && INDENT.len() + line.len() + 1 + word.len() > WIDTH {
+            lines.push(word.to_owned());
+        } else {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+    }
+    lines.join(&format!("\n{INDENT}"))
 }
 
 fn with_section(cmd: clap::Command, section: String) -> clap::Command {

@@ -14,6 +14,7 @@ Lifts the board-wide pauses on automatic decompose calls: the one a provider ref
 next gateway tick then probes the provider again with one call. The pause's reason, \
 who lifted it and when are kept and shown by `kanban usage`. With no pause in force this is a \
 no-op that says so.
+
 With --json: {\"resumed\": true|false, \"by\", \"at\", \"cleared\": {\"until\", \"reason\"} | null} \
 (times in unix seconds).")]
 pub struct ResumeArgs {

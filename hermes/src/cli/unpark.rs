@@ -18,6 +18,7 @@ auto-decompose keeps its opt-out (see `kanban auto-decompose`).
 A card whose attempt is still in flight is refused until that attempt has ended (its end may park \
 the card again): the refusal says which process holds it and until when, as `kanban decompose ID` \
 does.
+
 With --json: {\"task_id\", \"unparked\": true, \"attempts_before\", \"next_attempt_at\"} \
 (next_attempt_at in unix seconds, null when the card is opted out).")]
 pub struct UnparkArgs {

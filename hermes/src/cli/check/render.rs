@@ -76,10 +76,10 @@ fn setup(report: &Report) -> Vec<Vec<String>> {
     }
     rows.push(row(
         "provider:",
-        report
-            .provider
-            .as_ref()
-            .map_or_else(|| "not asked".to_owned(), provider),
+        report.provider.as_ref().map_or_else(
+            || "not asked".to_owned(),
+            |answer| provider(answer, report.route.as_ref().map(|r| r.model.as_str())),
+        ),
     ));
     rows.push(row(
         "dispatch:",
@@ -101,8 +101,8 @@ fn on_off(on: bool) -> &'static str {
     }
 }
 
-/// `GET URL: HTTP 200 in 12 ms, 3 models, m listed (nothing billed)`.
-fn provider(answer: &ProviderAnswer) -> String {
+/// `GET URL: HTTP 200 in 12 ms, 3 models, m among them (nothing billed)`.
+fn provider(answer: &ProviderAnswer, model: Option<&str>) -> String {
     let outcome = match &answer.outcome {
         ProbeOutcome::Answered {
             status,
@@ -111,8 +111,9 @@ fn provider(answer: &ProviderAnswer) -> String {
         } => {
             let listed = match (models, model_listed) {
                 (Some(n), Some(listed)) => format!(
-                    ", {}, the model {}",
+                    ", {}, {} {}",
                     count(*n, "model"),
+                    model.unwrap_or("the model"),
                     if *listed {
                         "among them"
                     } else {
