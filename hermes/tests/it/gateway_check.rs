@@ -297,3 +297,33 @@ fn the_text_report() {
         .replace_all(&shown, "gateway-HASH.lock");
     insta::assert_snapshot!(shown);
 }
+
+#[test]
+fn a_gateway_with_another_lock_directory_is_named_as_holding_the_board() {
+    let provider = fake_provider(single_task_reply());
+    let s = home(&provider, "kanban:\n  dispatch_interval_seconds: 60\n");
+    s.create("c", &[]);
+    let elsewhere = s.root().join("other-locks");
+    let gateway = s.gateway(
+        &[],
+        &[("HERMES_GATEWAY_LOCK_DIR", elsewhere.to_str().unwrap())],
+    );
+    let (out, report) = check_offline(&s);
+    // Its own lock is free here: `run` would start, and then dispatch nothing.
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(report["lock"]["state"], "free");
+    let held = &report["lock"]["dispatcher_locks_held"];
+    let board = s.db().display().to_string();
+    assert!(
+        held.as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["path"] == board.as_str() && h["pid"] == gateway.pid()),
+        "{report:#}"
+    );
+    let warnings = report["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!("process {} holds {board}", gateway.pid())),
+        "{warnings}"
+    );
+}

@@ -138,8 +138,15 @@ pub struct LockReport {
     /// `free`, `held`, `unusable`, or `not_needed` (no dispatcher).
     pub state: &'static str,
     pub holder: Option<u32>,
-    /// Dispatcher locks on the board some process holds now, with its pid.
-    pub dispatcher_locks_held: Vec<(PathBuf, u32)>,
+    /// Dispatcher locks on the board some process holds now.
+    pub dispatcher_locks_held: Vec<HeldLock>,
+}
+
+/// A dispatcher lock another process holds.
+#[derive(Debug, Serialize)]
+pub struct HeldLock {
+    pub path: PathBuf,
+    pub pid: u32,
 }
 
 /// Runs the check; exit 0 when `gateway run` would start, 1 when it would refuse.
@@ -402,7 +409,10 @@ fn upstream_boards(root: &Path) -> Vec<PathBuf> {
 /// The singleton lock as `gateway run` would find it (a refusal when it is taken).
 fn lock(home: &Home, dispatching: bool, refusals: &mut Vec<String>) -> LockReport {
     let db = home.db_path();
-    let held = dispatcher_locks_held(&db);
+    let held: Vec<HeldLock> = dispatcher_locks_held(&db)
+        .into_iter()
+        .map(|(path, pid)| HeldLock { path, pid })
+        .collect();
     if !dispatching {
         return LockReport {
             path: None,

@@ -285,11 +285,12 @@ fn board_warnings(report: &Report) -> Vec<String> {
         ));
     }
     if report.lock.state != "held" {
-        for (path, pid) in &report.lock.dispatcher_locks_held {
+        for held in &report.lock.dispatcher_locks_held {
             warnings.push(format!(
-                "process {pid} holds {}: the gateway would start but dispatch nothing until it \
-                 is released",
-                path.display()
+                "process {} holds {}: the gateway would start but dispatch nothing until it is \
+                 released",
+                held.pid,
+                held.path.display()
             ));
         }
     }
