@@ -15,7 +15,6 @@ next gateway tick then probes the provider again with one call. The pause's reas
 who lifted it and when are kept and shown by `kanban usage`. With no pause in force this is a \
 no-op that says so.
 
-Exit status: 0 lifted, or no pause was in force; 2 usage error.
 With --json: {\"resumed\": true|false, \"by\", \"at\", \"cleared\": {\"until\", \"reason\"} | null} \
 (times in unix seconds).")]
 pub struct ResumeArgs {
