@@ -1,4 +1,4 @@
-//! The explorer's executor (`fixtures::explore`) through the real processes: one schedule with
+//! The explorer's executor (`explorer::execute`) through the real processes: one schedule with
 //! every kind of step and every provider behaviour keeps every check, on any target (upstream:
 //! only its listed gaps). The executor's own checks are proven in `reference_only::explore`.
 
