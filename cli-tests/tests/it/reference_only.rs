@@ -32,10 +32,10 @@ mod unreadable;
 use std::time::Duration;
 
 use fixtures::aux_model::{contract_task, graph_value};
-use fixtures::prelude::*;
 use fixtures::rows::Task;
 use fixtures::snapshot::{BoardRows, Redactor};
 use fixtures::verdict::case_label;
+use judge::prelude::*;
 use rstest::rstest;
 use serde::Serialize;
 use serde_json::{json, Value};

@@ -9,7 +9,7 @@ use fixtures::home::FAKE_API_KEY;
 use rstest::rstest;
 use serde_json::{json, Value};
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 
 /// The decomposer's own key, in the route-override case.
 const ROUTE_KEY: &str = "sk-check-route-0001";
