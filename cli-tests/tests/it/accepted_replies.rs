@@ -4,9 +4,9 @@
 
 use fixtures::aux_model::ROSTER_DEFAULT;
 use fixtures::aux_model::{child_title, contract_task, graph_value, sse_content_event};
-use fixtures::prelude::*;
 use fixtures::rows::Event;
 use fixtures::snapshot::BoardRows;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 

@@ -3,8 +3,8 @@
 //! `hostile_replies`), and a fan-out of exactly the child cap is applied while one child more is
 //! rejected whole.
 
-use fixtures::prelude::*;
 use fixtures::rows::Event;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::{decompose_card, graph_not_applied};

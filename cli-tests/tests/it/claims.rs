@@ -3,7 +3,7 @@
 //! is refused without a request, saying until when the card is taken.
 
 use fixtures::aux_model::AuxModel;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use regex::Regex;
 use rstest::rstest;
 

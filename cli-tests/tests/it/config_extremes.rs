@@ -8,8 +8,7 @@
 //! retries there are (as upstream reads it): a config written for upstream keeps working.
 
 use fixtures::cli::CliOutput;
-use fixtures::config::key;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 /// A setting and the config that sets it to an absurd value.
@@ -40,7 +39,7 @@ pub fn judge_absurd_configs(absurd: Vec<Absurd>) {
         let card = board.create("a card on a misconfigured board", &["--triage"]);
         aux.reply(&card, Reply::graph(2, &[]));
         board.reconfigure(config);
-        let named = Config::key_for(board.target(), setting).unwrap_or(key(setting).words);
+        let named = Config::key_for(board.target(), setting).unwrap_or(setting.row().words);
         let value = board.setting(setting);
         let show = board.cli_unchecked(["kanban", "show", card.as_str(), "--json"]);
         runs.push((value.clone(), show));

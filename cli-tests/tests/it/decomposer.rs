@@ -5,8 +5,8 @@
 
 use fixtures::aux_model::{Received, MODEL_NAME};
 use fixtures::home::FAKE_API_KEY;
-use fixtures::prelude::*;
 use fixtures::verdict::Verdict;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 

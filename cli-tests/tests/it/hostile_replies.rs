@@ -6,9 +6,9 @@
 //! it is what the contract asks for (see `fixtures::aux_model`).
 
 use fixtures::aux_model::{contract_task, graph_value, sse_content_event, ROSTER_DEFAULT};
-use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
 use fixtures::verdict::case_label;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::json;
 

@@ -3,9 +3,9 @@
 //! usage error.
 
 use fixtures::aux_model::child_title;
-use fixtures::prelude::*;
 use fixtures::rows::child_ids;
 use fixtures::snapshot::{BoardRows, Redactor};
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 

@@ -31,9 +31,9 @@
 
 use fixtures::aux_model::AuxModel;
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
 use fixtures::rows::Task;
 use fixtures::wait::WaitTimeout;
+use judge::prelude::*;
 use serde_json::Value;
 
 /// Compares `rows` (anything `Serialize`) with the reviewed snapshot `name` — on the reference

@@ -4,8 +4,8 @@
 //! defines are the reference's own: `reference_only::misconfiguration`.)
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
 use fixtures::upstream::{DEFAULT_KEYS, DEFAULT_KEYS_YAML};
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::{assert_no_crash, decompose_card};

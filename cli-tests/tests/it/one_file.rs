@@ -1,8 +1,8 @@
 //! After CLI verbs, `kanban.db` alone is the whole board: a copy of that one file (a backup,
 //! rsync, a sync tool) holds every row the verbs wrote, with no `-wal` beside it.
 
-use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
+use judge::prelude::*;
 use rstest::rstest;
 
 /// Cards a scenario of CLI verbs leaves: created, linked, archived, decomposed, failed.

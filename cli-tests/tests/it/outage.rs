@@ -10,11 +10,11 @@
 
 use std::time::{Duration, Instant};
 
-use fixtures::prelude::*;
 use fixtures::relay::Relay;
 use fixtures::target::Target;
 use fixtures::verdict::Verdict;
 use fixtures::wait::WaitTimeout;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::{applied_with_two_children, decompose_all, decompose_card, Decomposition};

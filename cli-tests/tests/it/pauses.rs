@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use fixtures::aux_model::AuxModel;
-use fixtures::prelude::*;
 use fixtures::verdict::Verdict;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::{decompose_all, decompose_card, decompose_forced};

@@ -2,7 +2,7 @@
 //! card's own text can never make a provider (or a recorder) take the call for another card, and
 //! a card of any size makes a bounded request.
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 

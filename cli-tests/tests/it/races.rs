@@ -2,7 +2,7 @@
 //! (contract §7 B4: the apply transaction re-checks that the card is still in triage).
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
+use judge::prelude::*;
 
 use crate::{assert_no_crash, json_lines};
 

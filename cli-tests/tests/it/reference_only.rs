@@ -11,6 +11,7 @@
 //! | `one_file` | a copy of kanban.db alone after CLI verbs keeps every ledger row and attempt |
 //! | `records` | ledger rows per try, unreachable requests, rows left in flight |
 //! | `config_extremes` | absurd numbers for the bound keys |
+//! | `gateway_check` | `gateway check` on every operator configuration: the route it reports, one free request, nothing billed |
 //! | `hostile_input` | terminal controls, 2^64 − 1 tokens, odd rows, `unpark` in flight, `Retry-After` forms, a bad `.env`, a 900 KB error, off/on in a backoff, guards on `decompose ID` |
 //! | `misconfiguration` | one warning per misspelt key on each verb, none for upstream's keys |
 //! | `recovery` | `unpark`, `resume`, `usage --calls`, `auto-decompose ID on\|off`: effect, exit codes, `--json` |
@@ -20,6 +21,7 @@ mod body_cap;
 mod budget;
 mod clock;
 mod config_extremes;
+mod gateway_check;
 mod hostile_input;
 mod misconfiguration;
 mod one_file;
@@ -30,10 +32,10 @@ mod unreadable;
 use std::time::Duration;
 
 use fixtures::aux_model::{contract_task, graph_value};
-use fixtures::prelude::*;
 use fixtures::rows::Task;
 use fixtures::snapshot::{BoardRows, Redactor};
 use fixtures::verdict::case_label;
+use judge::prelude::*;
 use rstest::rstest;
 use serde::Serialize;
 use serde_json::{json, Value};

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::{applied_with_two_children, decompose_card};

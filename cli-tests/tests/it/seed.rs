@@ -1,8 +1,8 @@
 //! The original suite's CLI test, ported: one decompose call answering 500 children must be
 //! rejected or capped, never fanned out.
 
-use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::{decompose_card, SEED_MAX_CHILDREN};

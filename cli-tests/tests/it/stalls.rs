@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use fixtures::aux_model::graph_value;
 use fixtures::aux_model::{AnswerEnd, Received};
-use fixtures::prelude::*;
 use fixtures::rows::Task;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::{assert_no_crash, graph_not_applied, json_lines, Decomposition};

@@ -2,9 +2,9 @@
 //! runs or a `needs_input` / `capability` block, while an explicit `kanban decompose ID` on such a
 //! card is a person's choice and makes exactly one request.
 
-use fixtures::prelude::*;
 use fixtures::rows::Hold;
 use fixtures::snapshot::BoardRows;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::{applied_with_two_children, decompose_all, decompose_card};

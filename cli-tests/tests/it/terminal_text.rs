@@ -4,7 +4,7 @@
 //! the same text, escaped by JSON itself.
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 

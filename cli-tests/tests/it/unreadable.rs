@@ -3,8 +3,8 @@
 //! `kanban show` print what they can instead of failing the whole board.
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
 use fixtures::rows::NotText;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 

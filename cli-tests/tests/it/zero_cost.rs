@@ -1,9 +1,9 @@
 //! Cards that must cost nothing: `kanban decompose ID` on an unknown id, a card not in triage or
 //! an archived card sends no request, changes no row, and says clearly why.
 
-use fixtures::prelude::*;
 use fixtures::snapshot::BoardRows;
 use fixtures::verdict::case_label;
+use judge::prelude::*;
 use regex::Regex;
 use rstest::rstest;
 

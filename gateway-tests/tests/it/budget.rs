@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use nix::sys::signal::Signal;
 use rstest::rstest;
 
@@ -67,8 +67,8 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
         || aux.billed_for(&card),
         "the card's last paid call",
     );
-    if run.window().ok() {
-        let crash = run.gateway().kill9();
+    if run.ok() {
+        let crash = run.kill9();
         assert_eq!(crash.signal, Some(Signal::SIGKILL as i32), "{crash}");
         // From now on the provider fails at once: a target that bills the card again shows it
         // on every tick instead of hanging on it.
@@ -87,7 +87,7 @@ fn sigkill_during_the_last_attempt_still_spends_the_budget(
     let is_parked = parked(&board, &card);
     // The restarted gateway's own lines: the park it found owes one WARN there, which the
     // oracle excuses once any process of the run was killed.
-    let restarted_log = run.gateway().log_since_start();
+    let restarted_log = run.log_since_start();
     let seen = run.stop();
 
     bound("bills for a card killed during its last attempt", bills)

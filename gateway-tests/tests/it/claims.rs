@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use fixtures::gateway::Gateway;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{card_held_in_flight, create_held_cards, second_gateway_spec};
@@ -40,7 +40,7 @@ fn a_card_in_flight_is_paid_for_by_no_other_process(
     // as the first gateway took from its start to its first call, twice over, to tick onto the
     // card while it is still in flight.
     let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
-    let first_start = run.gateway().time_to_first_bill(aux);
+    let first_start = run.time_to_first_bill();
     let second_had = fixtures::pace::ticking_after(first_start, board.target());
     let second_ran = try_wait_until(
         || second.ended_or_ran(second_had),
@@ -109,7 +109,7 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     // The first gateway dispatches before the second starts, so the second is the one a target
     // may refuse.
     run.start().prove_ticks(1);
-    let first_start = run.gateway().time_to_first_bill(aux);
+    let first_start = run.time_to_first_bill();
     let second = Gateway::spawn(second_gateway_spec(&board, "second-gateway"));
     // The second gateway is not awaited (a refused one never gets ready), so a slow one could
     // start ticking only after the first had paid for every card, and a target with no claim
@@ -122,7 +122,7 @@ fn two_gateways_with_their_own_lock_dirs_bill_each_card_once(
     let second_had = fixtures::pace::ticking_after(first_start, board.target());
     let any_card_billed = || cards.iter().any(|card| aux.billed_for(card) > 0);
     let contested = try_wait_until(
-        || !run.gateway().running() || (any_card_billed() && second.ended_or_ran(second_had)),
+        || !run.running() || (any_card_billed() && second.ended_or_ran(second_had)),
         second_had + board.target().first_bill_timeout(),
         "a shared card in flight while the second gateway had its time to tick",
     );

@@ -4,8 +4,8 @@
 //! a cooldown of 10^16 seconds must not wrap around to no pause at all.
 
 use fixtures::gateway::GatewayError;
-use fixtures::prelude::*;
 use fixtures::target::current_target;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::span_of_ticks;

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fixtures::gateway::StopReport;
-use fixtures::prelude::*;
 use fixtures::ticks::Window;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::STOP_GRACE;
@@ -95,11 +95,11 @@ pub fn run_with(board: &Board, what: NotAConfig) -> Outcome {
     let mut run = board.scenario();
     run.start().prove_ticks(1);
     replace_config(&board.config_path(), what);
-    let before = cpu_and_rss(run.gateway().pid());
+    let before = cpu_and_rss(run.pid());
     let started = Instant::now();
     let mut most_rss = 0;
     for probe in 0..PROBE_TICKS {
-        if !run.window().ok() {
+        if !run.ok() {
             break;
         }
         // Created without a harness panic: a target whose own CLI cannot run with this config
@@ -119,7 +119,7 @@ pub fn run_with(board: &Board, what: NotAConfig) -> Outcome {
             .then(|| created.json()["id"].as_str().map(str::to_owned))
             .flatten()
         else {
-            run.window_mut().interrupt(
+            run.interrupt(
                 Interruption::new(format!(
                     "`kanban create` failed with config.yaml replaced by {what:?} ({})",
                     created.code_text()
@@ -135,11 +135,11 @@ pub fn run_with(board: &Board, what: NotAConfig) -> Outcome {
             target.probe_timeout(),
             &format!("tick probe {probe} decomposed"),
         );
-        if let Some((_, rss)) = cpu_and_rss(run.gateway().pid()) {
+        if let Some((_, rss)) = cpu_and_rss(run.pid()) {
             most_rss = most_rss.max(rss);
         }
     }
-    let after = cpu_and_rss(run.gateway().pid());
+    let after = cpu_and_rss(run.pid());
     let cpu_share = match (before, after) {
         (Some((before, _)), Some((after, _))) => {
             after.saturating_sub(before).as_secs_f64() / started.elapsed().as_secs_f64().max(0.001)

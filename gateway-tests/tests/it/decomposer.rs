@@ -4,7 +4,7 @@
 
 use fixtures::aux_model::{Received, MODEL_NAME};
 use fixtures::home::FAKE_API_KEY;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 

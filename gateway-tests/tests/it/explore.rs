@@ -1,15 +1,15 @@
-//! The explorer's executor (`fixtures::explore`) through the real processes: one schedule with
+//! The explorer's executor (`explorer::execute`) through the real processes: one schedule with
 //! every kind of step and every provider behaviour keeps every check, on any target (upstream:
 //! only its listed gaps). The executor's own checks are proven in `reference_only::explore`.
 
-use fixtures::explore::findings::{gate_findings, Check};
-use fixtures::explore::schedule::{
+use explorer::findings::{gate_findings, Check};
+use explorer::schedule::{
     Behaviour, CardKind, CardPlan, Knob, KnobValue, Knobs, Schedule, Slot, Step,
 };
-use fixtures::explore::{execute, Run};
-use fixtures::prelude::*;
+use explorer::{execute, Run};
 use fixtures::target::Target;
 use fixtures::verdict::Judge;
+use judge::prelude::*;
 
 fn card(kind: CardKind, replies: &[Behaviour]) -> CardPlan {
     CardPlan {
@@ -23,13 +23,13 @@ fn every_kind_of_step_and_reply() -> Schedule {
     let mut config = Knobs::default();
     for (knob, value) in [
         (Knob::MaxAttempts, KnobValue::Count(2)),
-        (Knob::BackoffSeconds, KnobValue::Seconds(0.05)),
+        (Knob::Backoff, KnobValue::Seconds(0.05)),
         (Knob::PerTick, KnobValue::Count(2)),
         (Knob::Retries, KnobValue::Count(1)),
         (Knob::CallsPerHour, KnobValue::Count(60)),
-        (Knob::CooldownSeconds, KnobValue::Seconds(1.0)),
+        (Knob::Cooldown, KnobValue::Seconds(1.0)),
         (Knob::MaxChildren, KnobValue::Count(4)),
-        (Knob::CallTimeoutSeconds, KnobValue::Seconds(0.5)),
+        (Knob::CallTimeout, KnobValue::Seconds(0.5)),
     ] {
         config.apply(knob, Some(value));
     }
@@ -96,7 +96,7 @@ fn every_kind_of_step_and_reply() -> Schedule {
         Step::AutoDecompose { card: 5, on: true },
         Step::Archive { card: 2 },
         Step::Configure {
-            key: Knob::AutoDecompose,
+            key: Knob::KillSwitch,
             value: Some(KnobValue::Switch(false)),
         },
         Step::Decompose {

@@ -1,6 +1,6 @@
 //! Cards whose decomposition keeps failing never take the per-tick slots from fresh cards.
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::blocked_probe_timeout;

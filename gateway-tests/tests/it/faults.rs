@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use fixtures::aux_model::graph_value;
-use fixtures::prelude::*;
 use fixtures::relay::Relay;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{blocked_probe_timeout, no_graph_findings, rebill_note, spend_budget};

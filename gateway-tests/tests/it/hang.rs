@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{blocked_probe_timeout, no_graph_findings, stop_note};

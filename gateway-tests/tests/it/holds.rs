@@ -1,8 +1,8 @@
 //! Cards a person is holding are never decomposed by the gateway, while a fresh card beside them
 //! is. (The `--no-auto-decompose` opt-out is the reference's own flag: see `reference_only`.)
 
-use fixtures::prelude::*;
 use fixtures::rows::Hold;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::PROBE_TICKS;

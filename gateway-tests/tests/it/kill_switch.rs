@@ -1,7 +1,7 @@
 //! `kanban.auto_decompose: false`, written while the gateway runs, stops paid calls from the
 //! next tick on, and turning it back on resumes them.
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::span_of_ticks;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{blocked_probe_timeout, span_of_ticks};
@@ -53,7 +53,7 @@ fn exactly_per_tick_cards_are_in_flight_while_every_reply_hangs(
     let billed = aux.billed_ids();
     let distinct = cards.iter().filter(|card| billed.contains(*card)).count();
     // Nothing is judged about stopping here, and SIGTERM would wait for the hung calls.
-    run.gateway().kill9();
+    run.kill9();
     let seen = run.stop();
 
     bound("calls while every reply hangs", billed.len())

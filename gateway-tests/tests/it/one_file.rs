@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fixtures::prelude::*;
 use fixtures::ticks::Window;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::spend_budget;
@@ -188,7 +188,7 @@ pub fn swap_wal_files_under_a_gateway(board: &Board) -> Swapped {
     run.start().first_bill(&poison);
     let mut acknowledged = Vec::new();
     for swap in 0..SWAPS {
-        if !run.window().ok() {
+        if !run.ok() {
             break;
         }
         let part = if swap % 2 == 0 { "-shm" } else { "-wal" };
@@ -219,7 +219,7 @@ pub fn swap_wal_files_under_a_gateway(board: &Board) -> Swapped {
             format!("a card created through the CLI after swap {swap} ({part})"),
         );
         let Some(card) = created else {
-            run.window_mut().interrupt(
+            run.interrupt(
                 Interruption::new(format!(
                     "{usable:?}: the board stayed unusable after swap {swap} ({part})"
                 ))

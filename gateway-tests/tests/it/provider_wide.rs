@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use fixtures::prelude::*;
 use fixtures::target::current_target;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::span_of_ticks;
@@ -88,7 +88,7 @@ fn provider_wide_refusal_costs_one_call_not_one_per_card(#[case] refusal: Refusa
     let bills_while_paused = aux.bills();
     bound("bills while provider paused", bills_while_paused)
         .at_most(PROVIDER_FAULT_BOUND)
-        .over(run.window())
+        .over(&run)
         .note(|| format!("{WAITING_CARDS} triage cards waiting"))
         .context(|| format!("aux calls by card: {:?}", aux.billed_ids()))
         .gap(refusal.gap_kind());

@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
 use fixtures::target::current_target;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 
@@ -284,7 +284,7 @@ fn provider_pause_survives_a_restart() {
     run.watch(watch);
     let after_restart = aux.bills();
     if refused_at.elapsed() >= Duration::from_secs(pause_secs) {
-        run.window_mut().interrupt(Interruption::new(format!(
+        run.interrupt(Interruption::new(format!(
             "the watch ended {:.1}s after the refusal, past the {pause_secs}s pause: the \
              restart took too long for the count to tell anything",
             refused_at.elapsed().as_secs_f64()
@@ -405,8 +405,8 @@ fn a_call_left_in_flight_by_a_sigkill_is_closed_as_unknown_at_the_next_start(
     let mut run = board.scenario();
     run.start().first_bill(&card);
     let mut after_kill = Vec::new();
-    if run.window().ok() {
-        let crash = run.gateway().kill9();
+    if run.ok() {
+        let crash = run.kill9();
         assert_eq!(crash.signal, Some(Signal::SIGKILL as i32), "{crash}");
         after_kill = outcomes();
         run.restart();

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use fixtures::prelude::*;
 use fixtures::target::current_target;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{closed_port_url, span_of_ticks, STOP_GRACE};
@@ -47,7 +47,7 @@ fn a_refusal_costs_one_call_at_once_and_at_most_the_calls_in_flight_when_late(
     run.bills(1, || aux.bills(), "any waiting card")
         .watch(delay * 2 + span_of_ticks(target, PROBE_TICKS));
     let bills = aux.bills();
-    run.gateway().kill9();
+    run.kill9();
     let seen = run.stop();
 
     bound("bills while the provider refuses", bills)
@@ -94,12 +94,12 @@ fn a_refusal_that_lands_during_shutdown_still_pauses_the_restarted_gateway() {
 
     let mut run = board.scenario();
     run.start().bills(1, || aux.bills(), "the first call");
-    let first_start = run.gateway().time_to_first_bill(aux);
+    let first_start = run.time_to_first_bill();
     run.watch(REFUSAL_DELAY - SIGTERM_AHEAD);
     let refused_at = Instant::now() + SIGTERM_AHEAD;
     let mut stopped = None;
     let mut watched = Duration::ZERO;
-    if run.window().ok() {
+    if run.ok() {
         // SIGTERM now: the refusal lands while the gateway shuts down.
         run.restart();
         stopped = run.last_stop().copied();
@@ -246,7 +246,7 @@ fn an_unreachable_provider_spends_no_cards_budget(
     // gateway that never tried the unreachable provider spends no budget by not running.
     let mut run = board.scenario();
     run.start().prove_ticks(1);
-    let ticking = run.window().interrupted().map_or(Ok(()), |cut| {
+    let ticking = run.interrupted().map_or(Ok(()), |cut| {
         Err(format!(
             "the gateway was not shown ticking before the provider went away: {cut}"
         ))

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use fixtures::prelude::*;
 use fixtures::target::current_target;
+use judge::prelude::*;
 use nix::sys::signal::Signal;
 use rstest::rstest;
 
@@ -44,8 +44,8 @@ fn poison_card_budget_survives_restarts_and_sigkill_mid_call(
     run.start();
     let mut runs = 1;
     run.first_bill(&poison);
-    if run.window().ok() {
-        let crash = run.gateway().kill9();
+    if run.ok() {
+        let crash = run.kill9();
         assert_eq!(crash.signal, Some(Signal::SIGKILL as i32), "{crash}");
 
         // Run 2 is stopped by SIGTERM while its paid call is in flight, if it makes one: a
@@ -53,7 +53,7 @@ fn poison_card_budget_survives_restarts_and_sigkill_mid_call(
         run.restart();
         runs += 1;
         let second_call = try_wait_until(
-            || !run.gateway().running() || aux.billed_for(&poison) >= 2,
+            || !run.running() || aux.billed_for(&poison) >= 2,
             board.target().first_bill_timeout(),
             "a second paid call for the poison card",
         );
@@ -68,7 +68,7 @@ fn poison_card_budget_survives_restarts_and_sigkill_mid_call(
         run.prove_ticks(PROBE_TICKS);
 
         // Run 4, after a graceful restart with nothing in flight (pointless once over budget).
-        if run.window().ok() && !over_budget() {
+        if run.ok() && !over_budget() {
             run.restart();
             runs += 1;
             run.prove_ticks(PROBE_TICKS);
@@ -112,22 +112,22 @@ fn sigkill_while_a_graph_is_written_leaves_all_children_or_none() {
     // Kill at the first trace of the graph a reader can see: a writer that commits child by
     // child is caught with part of it written; an atomic one shows all of it at once.
     let deadline = Instant::now() + board.target().first_bill_timeout();
-    while run.window().ok()
+    while run.ok()
         && !board.rows().decomposition_visible(&root)
-        && run.gateway().running()
+        && run.running()
         && Instant::now() < deadline
     {
         std::thread::sleep(TIGHT_POLL);
     }
-    if let Some(exit) = run.gateway().exit() {
-        let tail = run.gateway().tail();
-        run.window_mut().interrupt(
+    if let Some(exit) = run.exit() {
+        let tail = run.tail();
+        run.interrupt(
             Interruption::new(format!("gateway exited ({exit}) before it was killed"))
                 .implying(GapKind::GatewayExited)
                 .with_detail(tail),
         );
     } else {
-        let crash = run.gateway().kill9();
+        let crash = run.kill9();
         assert_eq!(crash.signal, Some(Signal::SIGKILL as i32), "{crash}");
     }
 

@@ -3,18 +3,11 @@
 //! children.
 
 use fixtures::aux_model::child_title;
-use fixtures::prelude::*;
-use fixtures::rows::Event;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{no_graph_findings, rebill_note, spend_budget};
 use crate::{MAX_FAILED_ATTEMPTS, PROBE_TICKS, SHORT_BACKOFF};
-
-/// Children in the green control's graph.
-const SEED_CHILDREN: usize = 3;
-
-/// Probes proven after the green control's root was decomposed.
-const CONTROL_PROBES: usize = 2;
 
 #[rstest]
 #[case::malformed(Reply::malformed())]
@@ -48,55 +41,29 @@ fn failing_triage_card_is_not_rebilled_every_tick(
 
 #[rstest]
 fn valid_three_child_graph_bills_once_and_links_children(#[with(Config::gateway())] board: Board) {
-    let aux = board.aux();
     let root = board.create("ship the feature", &["--triage"]);
-    aux.reply(&root, Reply::graph(SEED_CHILDREN, &[(2, &[0])]));
-
+    board.aux().reply(&root, Reply::graph(3, &[(2, &[0])]));
     let mut run = board.scenario();
     run.start()
-        .until_left_triage(&root, "the root to be auto-decomposed")
-        .prove_ticks(CONTROL_PROBES);
-    let bills = aux.billed_for(&root);
-    let seen = run.stop();
+        .until_left_triage(&root, "the root decomposed")
+        .prove_ticks(2);
+    let (bills, seen) = (board.aux().billed_for(&root), run.stop());
 
     bound("bills for valid root", bills)
         .exactly(1)
         .over(&seen)
-        .context(|| board.diag(&root))
         .gap(GapKind::RebilledAfterDecompose);
-
-    let rows = board.rows();
-    let kids = rows.children_of(&root);
-    let status = rows.status(&root);
-    let by_title = rows.children_by_title(&root);
-    let id_of = |i: usize| by_title.get(&child_title(i)).cloned().unwrap_or_default();
-    let titles: Vec<String> = by_title.keys().cloned().collect();
-    let mut expected_titles: Vec<String> = (0..SEED_CHILDREN).map(child_title).collect();
-    expected_titles.sort();
-    let child_ids: Vec<Vec<String>> = rows
-        .events(&root, "decomposed")
-        .iter()
-        .map(Event::child_ids)
-        .collect();
+    let (graph, status) = (board.rows().graph(&root), board.rows().status(&root));
+    let kids: Vec<String> = (0..3).map(child_title).collect();
+    let probes = seen.window.probes().len();
     Findings::new()
-        .equal("children", &kids.len(), &SEED_CHILDREN)
-        .that(status != "triage" && status != "archived", || {
-            format!("the root must leave triage and stay live, got {status:?}")
+        .equal("child titles", &graph.titles(), &kids)
+        .that(!["triage", "archived"].contains(&&*status), || {
+            format!("root {status}")
         })
-        .equal(
-            "task rows (root + children + tick probes)",
-            &board.task_count(),
-            &(1 + SEED_CHILDREN + seen.window.probes().len()),
-        )
-        .equal("child titles", &titles, &expected_titles)
-        .that(rows.has_link(&id_of(0), &id_of(2)), || {
-            "declared dependency child 0 -> child 2 was not persisted".to_owned()
-        })
-        .equal(
-            "`decomposed` events' child_ids",
-            &child_ids,
-            &vec![(0..SEED_CHILDREN).map(id_of).collect::<Vec<_>>()],
-        )
+        .equal("task rows", &board.task_count(), &(1 + 3 + probes))
+        .that(graph.has_edge(&kids[0], &kids[2]), || "no edge 0->2".into())
+        .equal("decomposed", graph.decomposed(), &[kids.clone()][..])
         .verdict("valid graph applied as replied")
         .context(|| board.diag(&root))
         .gap(GapKind::ReplyNotApplied);

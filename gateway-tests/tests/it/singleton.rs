@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use fixtures::gateway::Gateway;
 use fixtures::gateway::GatewaySpec;
-use fixtures::prelude::*;
 use fixtures::target::Readiness;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{another_gateway_spec, create_held_cards, span_of_ticks, STOP_GRACE};
@@ -29,7 +29,7 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     let aux = board.aux();
     let mut run = board.scenario();
     run.start().prove_ticks(1);
-    let first_start = run.gateway().time_to_first_bill(aux);
+    let first_start = run.time_to_first_bill();
 
     // A refused gateway never reports readiness, so none is awaited; its own log keeps its
     // output apart from the first one's.
@@ -45,7 +45,7 @@ fn second_gateway_on_the_same_board_is_refused_and_bills_nothing(
     let second_had = fixtures::pace::ticking_after(first_start, target);
     let any_contested_billed = || contested.iter().any(|card| aux.billed_for(card) > 0);
     let held = try_wait_until(
-        || !run.gateway().running() || (any_contested_billed() && second.ended_or_ran(second_had)),
+        || !run.running() || (any_contested_billed() && second.ended_or_ran(second_had)),
         second_had + target.first_bill_timeout(),
         "a contested card in flight while the second gateway ended or had its time to tick",
     );
@@ -195,7 +195,7 @@ fn contest(mut first: Scenario<'_>, second: GatewaySpec) -> Contest {
     let board = first.board();
     let target = board.target();
     let aux = board.aux();
-    let first_start = first.gateway().time_to_first_bill(aux);
+    let first_start = first.time_to_first_bill();
     let second = Gateway::spawn(second);
     // Both are up (or the second has refused) before anything can be billed. Up means more than
     // a line in the log: a second gateway still starting while the refusals land pays for none

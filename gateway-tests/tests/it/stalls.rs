@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fixtures::aux_model::graph_value;
 use fixtures::aux_model::{AnswerEnd, Received};
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{blocked_probe_timeout, millis, no_graph_findings, stop_note};

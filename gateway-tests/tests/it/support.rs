@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use fixtures::gateway::{Gateway, GatewaySpec, StopReport};
-use fixtures::prelude::*;
 use fixtures::target::{Readiness, Target};
+use judge::prelude::*;
 
 use crate::MAX_FAILED_ATTEMPTS;
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::millis;

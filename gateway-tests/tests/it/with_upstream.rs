@@ -12,9 +12,8 @@
 use std::time::Duration;
 
 use fixtures::gateway::Gateway;
-use fixtures::prelude::*;
-use fixtures::ticks::Window;
 use fixtures::upstream::{self, upstream};
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{start_gateway, STOP_GRACE};
@@ -77,11 +76,11 @@ fn a_mixed_pair_on_one_board_never_both_dispatch(#[case] first: First) {
     // without the reference's `max_tokens` or its ledger. Those are upstream's listed gaps,
     // judged on the upstream target; here only what both must keep is judged.
     for invariant in [
-        fixtures::oracle::Invariant::Request,
-        fixtures::oracle::Invariant::Ledger,
-        fixtures::oracle::Invariant::UsageShowsCalls,
-        fixtures::oracle::Invariant::Backoff,
-        fixtures::oracle::Invariant::Parked,
+        Invariant::Request,
+        Invariant::Ledger,
+        Invariant::UsageShowsCalls,
+        Invariant::Backoff,
+        Invariant::Parked,
     ] {
         board.narrow_oracle(
             invariant,
@@ -94,27 +93,28 @@ fn a_mixed_pair_on_one_board_never_both_dispatch(#[case] first: First) {
     let upstream_spec =
         upstream::gateway_spec(&board, upstream, "upstream-gateway").stop_grace(STOP_GRACE);
 
-    let mut window = Window::start();
-    let (first_gateway, second_gateway, first_timeout) = match first {
+    // The scenario runs whichever gateway starts first; the second runs beside it.
+    let (mut run, second_gateway, first_timeout) = match first {
         First::Upstream => {
-            let upstream_gateway = Gateway::spawn(upstream_spec);
+            let mut run = board.scenario().with_spec(|_| upstream_spec);
             // The reference's probe timeout is far shorter than upstream's first tick may take.
-            window.prove_ticks_within(&board, &upstream_gateway, 1, upstream.first_bill_timeout());
+            run.start()
+                .prove_ticks_within(1, upstream.first_bill_timeout());
             let ours = start_gateway(&board);
-            (upstream_gateway, ours, upstream.first_bill_timeout())
+            (run, ours, upstream.first_bill_timeout())
         }
         First::Target => {
-            let ours = start_gateway(&board);
-            window.prove_ticks(&board, &ours, 1);
+            let mut run = board.scenario();
+            run.start().prove_ticks(1);
             let upstream_gateway = Gateway::spawn(upstream_spec);
             // Until upstream has decided whether it dispatches, it has had no chance to bill.
-            window.until(
-                &upstream_gateway,
+            // An upstream that exits meanwhile ends the wait; its verdict below says so.
+            run.until(
                 upstream.first_bill_timeout(),
                 "upstream's dispatcher to stand down or start ticking (its logs/gateway.log)",
-                || upstream_decided(&board),
+                || !upstream_gateway.running() || upstream_decided(&board),
             );
-            (ours, upstream_gateway, target.first_bill_timeout())
+            (run, upstream_gateway, target.first_bill_timeout())
         }
     };
     let contested: Vec<String> = (0..CONTESTED_CARDS)
@@ -124,19 +124,16 @@ fn a_mixed_pair_on_one_board_never_both_dispatch(#[case] first: First) {
             card
         })
         .collect();
-    window
-        .left_triage(
-            &board,
-            &first_gateway,
-            &contested,
-            first_timeout + SLOW_CALL * u32::try_from(CONTESTED_CARDS).unwrap_or(u32::MAX),
-            "the contested cards decomposed by the first gateway",
-        )
-        .prove_ticks_within(&board, &first_gateway, 1, first_timeout);
+    run.left_triage(
+        &contested,
+        first_timeout + SLOW_CALL * u32::try_from(CONTESTED_CARDS).unwrap_or(u32::MAX),
+        "the contested cards decomposed by the first gateway",
+    )
+    .prove_ticks_within(1, first_timeout);
     let second_running = second_gateway.running();
     let second_log = second_gateway.log();
     drop(second_gateway);
-    drop(first_gateway);
+    let seen = run.stop();
     let bills: Vec<usize> = contested.iter().map(|card| aux.billed_for(card)).collect();
     let (by_reference, by_other) = calls_by_agent(&board);
     let by_second = match first {
@@ -150,7 +147,7 @@ fn a_mixed_pair_on_one_board_never_both_dispatch(#[case] first: First) {
         "the second gateway of a mixed pair runs beside the first",
         second_running,
     )
-    .over(&window)
+    .over(&seen)
     .context(|| second_log.clone())
     .gap(GapKind::GatewayExited);
     bound(
@@ -158,7 +155,7 @@ fn a_mixed_pair_on_one_board_never_both_dispatch(#[case] first: First) {
         bills.iter().copied().max().unwrap_or(0),
     )
     .exactly(1)
-    .over(&window)
+    .over(&seen)
     .note(|| format!("bills per contested card: {bills:?}"))
     .context(|| board.diag(&contested[0]))
     .gap(GapKind::SecondDispatcher);
@@ -167,7 +164,7 @@ fn a_mixed_pair_on_one_board_never_both_dispatch(#[case] first: First) {
         by_second,
     )
     .at_most(0)
-    .over(&window)
+    .over(&seen)
     .note(|| {
         format!(
             "{by_reference} calls from the reference's client, {by_other} from another; \

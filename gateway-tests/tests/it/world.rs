@@ -4,8 +4,7 @@
 
 use fixtures::gateway::GatewaySpec;
 use fixtures::limits::set_file_size_limit;
-use fixtures::oracle::Invariant;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::span_of_ticks;
@@ -19,7 +18,7 @@ fn a_closed_log_pipe_stops_neither_dispatching_nor_a_clean_shutdown(
     let mut run = board.scenario().with_spec(GatewaySpec::log_through_pipe);
     // A decomposed probe shows the gateway up and logging before its reader goes away.
     run.start().prove_ticks(1);
-    run.gateway().close_log_pipe();
+    run.close_log_pipe();
     let card = board.create("a card nobody's log will mention", &["--triage"]);
     run.until_left_triage(
         &card,
@@ -65,7 +64,7 @@ fn a_board_the_gateway_cannot_write_costs_nothing_until_it_can(
         .scenario()
         .with_spec(|spec| spec.log_through_pipe().ignore_file_size_signal());
     run.start().prove_ticks(1);
-    if let Err(error) = set_file_size_limit(run.gateway().pid(), NO_ROOM) {
+    if let Err(error) = set_file_size_limit(run.pid(), NO_ROOM) {
         panic!("{error}");
     }
     // Written by the CLI, which has no limit: only the gateway cannot write.
@@ -74,7 +73,7 @@ fn a_board_the_gateway_cannot_write_costs_nothing_until_it_can(
     // between the probe above and the card decomposed once the board can be written again.
     run.watch(span_of_ticks(target, PROBE_TICKS));
     let bills_while_full = aux.billed_for(&card);
-    if let Err(error) = set_file_size_limit(run.gateway().pid(), None) {
+    if let Err(error) = set_file_size_limit(run.pid(), None) {
         panic!("{error}");
     }
     let window = run.close_window();

@@ -28,7 +28,6 @@ unpark`). Each change adds an \
 `auto_decompose_disabled` / `auto_decompose_enabled` event; asking for the setting the card \
 already has changes nothing.
 
-Exit status: 0 done (or already so); 1 no such card; 2 usage error.
 With --json: {\"task_id\", \"auto_decompose\": true|false, \"changed\", \"next_attempt_at\"} \
 (unix seconds, or null when the card is not scheduled).")]
 pub struct AutoDecomposeArgs {

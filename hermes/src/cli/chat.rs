@@ -13,11 +13,7 @@ Runs one worker session for the run named by the environment the gateway gives i
 HERMES_KANBAN_TASK, HERMES_KANBAN_RUN_ID, HERMES_KANBAN_CLAIM_LOCK (and HERMES_KANBAN_DB for the \
 board, else the home's kanban.db). The session takes turns on the main model (model.base_url, \
 model.default, OPENAI_API_KEY) with the kanban tools until a kanban_complete or kanban_block \
-call, at most agent.max_turns turns; every request is in the ledger (`kanban usage --calls`).
-
-Exit status: 0 the run's end is recorded; 75 or 78 the provider rate-limited or refused the worker \
-(the board is paused); 143 SIGTERM or SIGINT stopped it; 1 it could not run (outside a run the \
-gateway started, or the board could not be used); 2 usage error.")]
+call, at most agent.max_turns turns; every request is in the ledger (`kanban usage --calls`).")]
 pub struct ChatArgs {
     /// The session's first message: the gateway sends `work kanban task <id>` (as upstream's
     /// `-q MESSAGE`, which means the same after `chat`).

@@ -21,13 +21,11 @@ use crate::store::Status;
 
 /// Arguments of `kanban decompose`.
 #[derive(Debug, Args)]
+// One of the two is needed, and a bare `decompose` says so naming both.
+#[command(group(clap::ArgGroup::new("which").required(true).args(["id", "all"])))]
 pub struct DecomposeArgs {
     /// The card to decompose now (always exactly one attempt, recorded like any other).
-    #[arg(
-        value_name = "ID",
-        required_unless_present = "all",
-        conflicts_with = "all"
-    )]
+    #[arg(value_name = "ID", conflicts_with = "all")]
     pub id: Option<String>,
     /// Attempt every due triage card, within the automatic budget.
     #[arg(long)]
@@ -60,6 +58,8 @@ fn attempt_context(ctx: &Context) -> Result<AttemptContext, CliError> {
     for warning in attempt.warnings.iter() {
         ctx.warn(warning);
     }
+    // Before any request: what it will bill, and where.
+    crate::output::detail(&format!("route: POST {}", attempt.billing().route()));
     Ok(attempt)
 }
 

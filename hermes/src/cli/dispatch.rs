@@ -20,8 +20,6 @@ process), at most --max of them; `kanban.max_spawn: 0` and `--max 0` both mean n
 workers run on after this command returns: a gateway started later adopts them. Refused while \
 a gateway (or another dispatch) dispatches the board: it spawns its workers itself.
 
-Exit status: 0 the pass ran (whether or not it spawned); 1 another dispatcher holds the board, \
-or the board could not be used; 2 usage error.
 With --json: {\"spawned\": [{\"task_id\", \"run_id\", \"pid\"}], \"live\", \"max_spawn\", \
 \"held\"} (held: why the board held every spawn back, or null).")]
 pub struct DispatchArgs {

@@ -16,10 +16,7 @@ use crate::output;
 #[command(after_help = "\
 Logs go to stderr, one line per event (RUST_LOG adjusts what is shown); with --json each line is \
 one JSON object with `timestamp`, `level`, `message` and the event's fields, and stdout stays \
-empty. SIGTERM or SIGINT stop the gateway cleanly.
-
-Exit status: 0 after a clean stop; 1 the gateway could not start (a bad config.yaml, the board, \
-or another gateway already dispatching it); 2 usage error.")]
+empty. SIGTERM or SIGINT stop the gateway cleanly.")]
 pub struct RunArgs {}
 
 /// How long the runtime's last blocking tasks get once the gateway has stopped.

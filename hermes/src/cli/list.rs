@@ -4,17 +4,18 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use serde_json::Value;
 
-use super::render::{is_parked, task_header, task_json, task_line};
+use super::render::{is_parked, task_json, task_lines};
 use super::{CliError, Context, Outcome};
 use crate::store::{ListFilter, Status};
 
 /// Arguments of `kanban list`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-One line per card, oldest first: id, status, assignee, title; a parked card (a triage card \
-whose automatic decompose budget is spent, or a card whose workers' runs spent \
-kanban.failure_limit) shows `[parked]` before its title. Parked is not a status: `--parked` \
-lists only those cards, and `hermes kanban unpark ID` gives one a fresh budget.
+One line per card, oldest first: id, status, assignee, title (nothing on stdout when no card \
+matches; a note on stderr says so); a parked card (a triage card whose automatic decompose \
+budget is spent, or a card whose workers' runs spent kanban.failure_limit) shows `[parked]` \
+before its title. Parked is not a status: `--parked` lists only those cards, and `hermes kanban \
+unpark ID` gives one a fresh budget.
 With --json: an array of cards; a card with decompose bookkeeping has a `decompose` object whose \
 `parked` is true once its budget is spent, a card that had workers a `spawn` object (`spawns`, \
 `failures`, `parked`, `next_spawn_at`, `last_error`).")]
@@ -41,7 +42,7 @@ pub struct ListArgs {
 }
 
 /// Lists cards, oldest first: a JSON array of cards, or one line per card (a parked card's
-/// marked, see [`task_line`]).
+/// marked, see [`super::render::task_cells`]).
 pub fn run(ctx: &Context, args: &ListArgs) -> Result<Outcome, CliError> {
     let store = ctx.open_store()?;
     let mut tasks = store.list(&ListFilter {
@@ -55,14 +56,10 @@ pub fn run(ctx: &Context, args: &ListArgs) -> Result<Outcome, CliError> {
     if ctx.json {
         ctx.print_json(&Value::Array(tasks.iter().map(task_json).collect()))?;
     } else if tasks.is_empty() {
-        ctx.print("(no matching tasks)")?;
+        // Not on stdout: a script reads each line there as a card.
+        super::note("no matching cards");
     } else {
-        let header = ctx.headers().then(task_header);
-        let lines: Vec<String> = header
-            .into_iter()
-            .chain(tasks.iter().map(task_line))
-            .collect();
-        ctx.print(&lines.join("\n"))?;
+        ctx.print(&task_lines(&tasks, ctx.headers()).join("\n"))?;
     }
     Ok(Outcome::Success)
 }

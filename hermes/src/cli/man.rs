@@ -2,9 +2,9 @@
 //! the command line's definition (clap_mangen) and printed as roff.
 
 use anyhow::Context as _;
-use clap::{Args, CommandFactory};
+use clap::Args;
 
-use super::{write_stdout_raw, Cli, CliError, Outcome};
+use super::{write_stdout_raw, CliError, Outcome};
 
 /// Arguments of `man`.
 #[derive(Debug, Args)]
@@ -20,7 +20,7 @@ pub struct ManArgs {
 
 /// Prints the page on stdout.
 pub fn run(args: &ManArgs) -> Result<Outcome, CliError> {
-    let mut cmd = Cli::command();
+    let mut cmd = super::command();
     // Gives each subcommand its page's name (`hermes-kanban-create`).
     cmd.build();
     let mut page = &cmd;

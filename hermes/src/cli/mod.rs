@@ -8,10 +8,13 @@
 pub mod archive;
 pub mod auto_decompose;
 pub mod chat;
+pub mod check;
 pub mod completions;
 pub mod create;
 pub mod decompose;
 pub mod dispatch;
+pub mod events;
+pub mod exit_status;
 pub mod gateway;
 pub mod init;
 pub mod link;
@@ -20,6 +23,7 @@ pub mod man;
 pub mod render;
 pub mod resume;
 pub mod show;
+pub mod table;
 pub mod unblock;
 pub mod unpark;
 pub mod usage;
@@ -44,7 +48,9 @@ use crate::store::Store;
     name = "hermes",
     version = env!("HERMES_VERSION"),
     about,
-    propagate_version = true
+    propagate_version = true,
+    // Kept apart from each verb's own options in every help page.
+    next_help_heading = "Global options"
 )]
 pub struct Cli {
     /// Print machine-readable JSON on stdout; an error is then one JSON object on stderr,
@@ -90,6 +96,7 @@ pub enum Command {
     /// Run one kanban worker session (the gateway starts these; see `hermes chat --help`).
     Chat(chat::ChatArgs),
     /// Print a shell completion script.
+    #[command(visible_alias = "completion")]
     Completions(completions::CompletionsArgs),
     /// Print the man page of hermes, or of one of its commands, as roff.
     Man(man::ManArgs),
@@ -147,6 +154,12 @@ impl Command {
         }
     }
 
+    /// Whether the verb reads `config.yaml` itself, to report what it finds there (a broken
+    /// file included) rather than to act on it: `gateway check`.
+    pub fn reports_config(&self) -> bool {
+        matches!(self, Command::Gateway(GatewayCommand::Check(_)))
+    }
+
     /// Whether the verb runs on the defaults when `config.yaml` cannot be used (unreadable,
     /// unparsable, a value out of range), warning instead of refusing: only `kanban usage`,
     /// which reads the ledger and bills nothing, so what was billed stays visible while the
@@ -161,6 +174,8 @@ impl Command {
 pub enum GatewayCommand {
     /// Run the gateway in the foreground (logs to stderr).
     Run(gateway::RunArgs),
+    /// Say what `gateway run` would bill and whether it would start, spending nothing.
+    Check(check::CheckArgs),
 }
 
 /// What every verb gets: where the board lives, the loaded config, and the output mode.
@@ -331,7 +346,10 @@ where
     let (color, json) = early_flags(&args);
     output::set_color(color.unwrap_or(anstream::ColorChoice::Auto));
     output::set_json_errors(json);
-    let cli = match Cli::try_parse_from(&args) {
+    let parsed = command()
+        .try_get_matches_from(&args)
+        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => return clap_error(&e, &args),
     };
@@ -476,7 +494,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
     // of YAML, whose parsing would cost more than the rest of a `kanban create`. A broken or
     // misspelt config is reported by every verb that uses it, before anything is billed.
     let mut config_broken = false;
-    let config = if cli.command.reads_config() {
+    let config = if cli.command.reads_config() && !cli.command.reports_config() {
         match Config::load(&home) {
             Ok(config) => config,
             Err(e) if cli.command.survives_broken_config() => {
@@ -525,6 +543,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
             KanbanCommand::Unblock(a) => unblock::run(&ctx, a),
         },
         Command::Gateway(GatewayCommand::Run(a)) => gateway::run(&ctx, a),
+        Command::Gateway(GatewayCommand::Check(a)) => check::run(&ctx, a),
         Command::Chat(a) => chat::run(&ctx, a, cli.profile.clone()),
         // Already answered above; answering again is as right.
         Command::Completions(a) => completions::run(a),
@@ -558,10 +577,15 @@ pub fn round_up_secs(ms: i64) -> i64 {
     ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0)
 }
 
+/// The command line's definition as every help page, completion script and man page shows it:
+/// the derived one, with each command's exit status ([`exit_status`]).
+pub fn command() -> clap::Command {
+    exit_status::document(<Cli as clap::CommandFactory>::command())
+}
+
 /// The usage line of the deepest subcommand named in `args`.
 fn usage_for(args: &[OsString]) -> String {
-    use clap::CommandFactory;
-    let mut cmd = Cli::command();
+    let mut cmd = command();
     cmd.build();
     let words: Vec<&str> = args
         .iter()
@@ -613,6 +637,7 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
     }
 
     #[test]

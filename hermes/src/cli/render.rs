@@ -110,9 +110,9 @@ pub fn is_parked(task: &Task) -> bool {
 /// What a parked card's text shows before its title in `list`.
 pub const PARKED_MARK: &str = "[parked]";
 
-/// The `list` line of a card: id, status, assignee, then [`PARKED_MARK`] on a parked card, and
-/// the title.
-pub fn task_line(task: &Task) -> String {
+/// The `list` cells of a card: id, status, assignee, then [`PARKED_MARK`] on a parked card
+/// and the title.
+pub fn task_cells(task: &Task) -> Vec<String> {
     let assignee = task
         .assignee
         .as_deref()
@@ -123,22 +123,27 @@ pub fn task_line(task: &Task) -> String {
     } else {
         String::new()
     };
-    task_columns(
-        &task.id,
-        task.status.as_str(),
-        &assignee,
-        &format!("{mark}{}", one_line(&task.title)),
-    )
+    vec![
+        task.id.clone(),
+        task.status.as_str().to_owned(),
+        assignee,
+        format!("{mark}{}", one_line(&task.title)),
+    ]
 }
 
-/// The one layout of `list`'s columns, for its lines and its header alike.
-fn task_columns(id: &str, status: &str, assignee: &str, title: &str) -> String {
-    format!("{id:<10}  {status:<9} {assignee:<16} {title}")
-}
-
-/// The header of [`task_line`]'s columns (on a terminal only: scripts read the lines).
-pub fn task_header() -> String {
-    task_columns("ID", "STATUS", "ASSIGNEE", "TITLE")
+/// `list`'s lines, their columns aligned (a header row first when `header`; scripts read the
+/// lines, so only on a terminal).
+pub fn task_lines(tasks: &[Task], header: bool) -> Vec<String> {
+    let rows: Vec<Vec<String>> = header
+        .then(|| {
+            ["ID", "STATUS", "ASSIGNEE", "TITLE"]
+                .map(str::to_owned)
+                .to_vec()
+        })
+        .into_iter()
+        .chain(tasks.iter().map(task_cells))
+        .collect();
+    super::table::aligned(&rows, &[])
 }
 
 /// How `show` and `usage` explain the attempt counter: it counts the current budget only.
@@ -156,19 +161,6 @@ mod tests {
     #[test]
     fn control_characters_are_escaped_in_text_output() {
         assert_eq!(one_line("a\nb\tc\u{1b}[2J 🚀"), "a\\nb\\tc\\u{1b}[2J 🚀");
-    }
-
-    #[test]
-    fn the_list_header_names_the_columns_where_they_are() {
-        let line = task_columns("t_1234abcd", "triage", "-", "a title");
-        let header = task_header();
-        for (column, value) in [
-            ("STATUS", "triage"),
-            ("ASSIGNEE", "-"),
-            ("TITLE", "a title"),
-        ] {
-            assert_eq!(header.find(column), line.find(value), "{header}\n{line}");
-        }
     }
 
     #[test]

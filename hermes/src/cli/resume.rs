@@ -16,7 +16,6 @@ decompose call, and spawns workers again. The pause's reason, \
 who lifted it and when are kept and shown by `kanban usage`. With no pause in force this is a \
 no-op that says so.
 
-Exit status: 0 lifted, or no pause was in force; 2 usage error.
 With --json: {\"resumed\": true|false, \"by\", \"at\", \"cleared\": {\"until\", \"reason\"} | null} \
 (times in unix seconds).")]
 pub struct ResumeArgs {

@@ -5,10 +5,13 @@ use serde_json::{json, Value};
 
 use super::render::{count, event_json, one_line, shown, task_json};
 use super::{round_up_secs, CliError, Context, Outcome};
-use crate::store::payload_text;
 
 /// Arguments of `kanban show`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Events are told one a line, oldest first: when (local time, UTC with --utc) and what happened, \
+in words for the events this board writes, as key=value pairs for another tool's. With --json \
+each event's payload is printed as stored.")]
 pub struct ShowArgs {
     /// The card.
     #[arg(value_name = "ID")]
@@ -147,15 +150,10 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
     lines.push(String::new());
     lines.push(format!("Events ({}):", events.len()));
     for e in &events {
-        let payload = e
-            .payload
-            .as_ref()
-            .map(|p| format!(" {}", one_line(&payload_text(p))))
-            .unwrap_or_default();
         lines.push(format!(
-            "  {} {}{payload}",
+            "  {}  {}",
             shown(e.created_at),
-            one_line(&e.kind)
+            one_line(&super::events::summary(&e.kind, e.payload.as_ref()))
         ));
     }
     if !runs.is_empty() {

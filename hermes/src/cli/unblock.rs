@@ -14,7 +14,6 @@ its block kind and records an `unblocked` event; the gateway spawns a worker for
 tick. Its spawn budget is unchanged (a block is not a failure). A card parked by its spawn budget \
 is refused: `hermes kanban unpark ID` is its verb.
 
-Exit status: 0 unblocked; 1 no such card, not blocked, or parked (nothing written); 2 usage error.
 With --json: {\"task_id\", \"unblocked\": true, \"kind\", \"status\"}.")]
 pub struct UnblockArgs {
     /// The blocked card.

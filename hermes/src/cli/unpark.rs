@@ -25,8 +25,6 @@ A card whose attempt is still in flight is refused until that attempt has ended 
 the card again): the refusal says which process holds it and until when, as `kanban decompose ID` \
 does.
 
-Exit status: 0 unparked; 1 no such card, not in triage, not parked, or an attempt in flight (the \
-reason on stderr, nothing written); 2 usage error.
 With --json: {\"task_id\", \"unparked\": true, \"attempts_before\", \"next_attempt_at\"} \
 (next_attempt_at in unix seconds, null when the card is opted out).")]
 pub struct UnparkArgs {

@@ -5,6 +5,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::render::{count, one_line, ATTEMPTS_EXPLAINED};
+use super::table::{aligned, Align};
 use super::{CliError, Context, Outcome};
 use crate::clock::{now_ms, shown, shown_ms, shown_ms_exact};
 use crate::config::{format_cost, Prices, PRICES_KEY};
@@ -32,10 +33,7 @@ With --json, one JSON object per line: \
 {\"id\", \"started_at\", \"task_id\", \"origin\", \"attempt\", \"try\", \"outcome\", \
 \"http_status\", \"prompt_tokens\", \"completion_tokens\", \"duration_ms\", \"detail\", \"model\"}, \
 plus \"estimated_cost_usd\" (null for a model with no price) when prices are configured \
-(started_at in unix seconds; null where unknown or still in flight).
-
-Exit status: 0 success; 1 --card names no card; 2 usage error (a bad --since, --card without \
---calls).")]
+(started_at in unix seconds; null where unknown or still in flight).")]
 pub struct UsageArgs {
     /// Only calls that started at or after WHEN: a duration back from now (`90s`, `30m`,
     /// `1h30m`, `2d`, `1w`, or plain seconds), a date or date-time in UTC unless it carries an
@@ -250,12 +248,7 @@ fn print_calls(
         ctx.print(&note)?;
         return Ok(Outcome::Success);
     }
-    let header = ctx.headers().then(|| call_header(prices));
-    let lines: Vec<String> = header
-        .into_iter()
-        .chain(calls.iter().map(|c| call_line(c, prices)))
-        .collect();
-    ctx.print(&lines.join("\n"))?;
+    ctx.print(&call_lines(calls, prices, ctx.headers()).join("\n"))?;
     // On stderr, so that stdout keeps one line per call.
     let unrecorded = calls.iter().any(|c| c.model.is_none());
     for note in notes(unrecorded, !prices.is_empty()) {
@@ -445,10 +438,10 @@ fn duration_ms(call: &LedgerCall) -> Option<i64> {
         .map(|end| end.saturating_sub(call.started_at_ms).max(0))
 }
 
-/// `2026-11-30 14:05:09.120 UTC  t_1234abcd  gateway  attempt 1 try 1  ok  HTTP 200  812+143 tokens  1.204s  gpt-4o-mini  est. $0.0002`
-/// (the cost only with prices configured).
-fn call_line(call: &LedgerCall, prices: &Prices) -> String {
-    let when = shown_ms_exact(call.started_at_ms);
+/// The cells of one call's line: `2026-11-30 14:05:09.120 UTC`, `t_1234abcd`, `gateway`,
+/// `attempt 1 try 1`, `ok`, `HTTP 200`, `812+143 tokens`, `1.204s`, `gpt-4o-mini`, and the
+/// estimate when prices are configured (`est. $0.0002`).
+fn call_cells(call: &LedgerCall, prices: &Prices) -> Vec<String> {
     let tokens = match (call.prompt_tokens, call.completion_tokens) {
         (None, None) => "- tokens".to_owned(),
         (p, c) => format!(
@@ -461,68 +454,53 @@ fn call_line(call: &LedgerCall, prices: &Prices) -> String {
         Some(ms) => format!("{:.3}s", ms as f64 / 1000.0),
         None => "not finished".to_owned(),
     };
-    let cost = match call_cost(call, prices) {
-        None => String::new(),
-        Some(None) => format!("  {NO_PRICE}"),
-        Some(Some(usd)) => format!("  {}", estimate(usd)),
-    };
-    call_columns(
-        &when,
-        call.task_id.as_deref().unwrap_or("-"),
-        &call.origin,
-        &format!(
+    let mut cells = vec![
+        shown_ms_exact(call.started_at_ms),
+        call.task_id.clone().unwrap_or_else(|| "-".to_owned()),
+        call.origin.clone(),
+        format!(
             "attempt {} try {}",
             call.attempt.map_or("-".to_owned(), |n| n.to_string()),
             call.try_no
         ),
-        &call.outcome,
-        &call
-            .http_status
-            .map_or("HTTP -  ".to_owned(), |s| format!("HTTP {s}")),
-        &tokens,
-        &took,
-        &format!("{}{cost}", model_name(call.model.as_deref())),
-    )
+        call.outcome.clone(),
+        call.http_status
+            .map_or("HTTP -".to_owned(), |s| format!("HTTP {s}")),
+        tokens,
+        took,
+        model_name(call.model.as_deref()),
+    ];
+    match call_cost(call, prices) {
+        None => {}
+        Some(None) => cells.push(NO_PRICE.to_owned()),
+        Some(Some(usd)) => cells.push(estimate(usd)),
+    }
+    cells
 }
 
-/// The header of [`call_line`]'s columns (on a terminal only, see `Context::headers`).
-fn call_header(prices: &Prices) -> String {
-    // As wide as a time in the display zone, so the columns after it line up.
-    let width = shown_ms_exact(0).chars().count();
-    let model = if prices.is_empty() {
-        "MODEL"
-    } else {
-        "MODEL  EST. COST"
-    };
-    call_columns(
-        &format!("{:<width$}", "STARTED"),
-        &format!("{:<10}", "CARD"),
-        "ORIGIN",
-        &format!("{:<15}", "ATTEMPT"),
-        "OUTCOME",
-        &format!("{:<8}", "HTTP"),
-        "TOKENS",
-        "DURATION",
-        model,
-    )
+/// The header over [`call_cells`] (on a terminal only, see `Context::headers`).
+fn call_header(prices: &Prices) -> Vec<String> {
+    let mut header: Vec<String> = [
+        "STARTED", "CARD", "ORIGIN", "ATTEMPT", "OUTCOME", "HTTP", "TOKENS", "DURATION", "MODEL",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    if !prices.is_empty() {
+        header.push("EST. COST".to_owned());
+    }
+    header
 }
 
-/// The one layout of `usage --calls`'s columns, for its lines and its header alike.
-#[allow(clippy::too_many_arguments)]
-fn call_columns(
-    when: &str,
-    card: &str,
-    origin: &str,
-    attempt: &str,
-    outcome: &str,
-    http: &str,
-    tokens: &str,
-    took: &str,
-    model: &str,
-) -> String {
-    format!(
-        "{when}  {card}  {origin:<7}  {attempt}  {outcome:<14}  {http}  {tokens}  {took}  {model}"
-    )
+/// The calls' lines, their columns aligned (the duration's to the right).
+fn call_lines(calls: &[LedgerCall], prices: &Prices, header: bool) -> Vec<String> {
+    let rows: Vec<Vec<String>> = header
+        .then(|| call_header(prices))
+        .into_iter()
+        .chain(calls.iter().map(|c| call_cells(c, prices)))
+        .collect();
+    let mut align = vec![Align::Left; 7];
+    align.push(Align::Right);
+    aligned(&rows, &align)
 }
 
 /// What `--since` accepts, for its help and its usage error.
@@ -666,10 +644,11 @@ mod tests {
         };
         crate::clock::set_show_utc(true);
         let none = Prices::new();
+        let line = |call: &LedgerCall, prices: &Prices| call_cells(call, prices).join("  ");
         assert_eq!(
-            call_line(&call, &none),
-            "2026-11-29 19:42:07.120 UTC  t_1234abcd  gateway  attempt 2 try 1  ok              \
-             HTTP 200  812+143 tokens  1.204s  gpt-4o-mini"
+            line(&call, &none),
+            "2026-11-29 19:42:07.120 UTC  t_1234abcd  gateway  attempt 2 try 1  ok  HTTP 200  \
+             812+143 tokens  1.204s  gpt-4o-mini"
         );
         let mut prices = Prices::new();
         prices.insert(
@@ -679,7 +658,7 @@ mod tests {
                 output: 0.60,
             },
         );
-        assert!(call_line(&call, &prices).ends_with("1.204s  gpt-4o-mini  est. $0.0002"));
+        assert!(line(&call, &prices).ends_with("1.204s  gpt-4o-mini  est. $0.0002"));
         assert_eq!(call_json(&call, &prices)["model"], "gpt-4o-mini");
         let cost = call_json(&call, &prices)["estimated_cost_usd"]
             .as_f64()
@@ -690,7 +669,7 @@ mod tests {
             model: None,
             ..call.clone()
         };
-        assert!(call_line(&old, &prices).ends_with("1.204s  unknown model  no price"));
+        assert!(line(&old, &prices).ends_with("1.204s  unknown model  no price"));
         assert_eq!(call_json(&old, &prices)["model"], serde_json::Value::Null);
         assert_eq!(
             call_json(&old, &prices)["estimated_cost_usd"],
@@ -704,17 +683,46 @@ mod tests {
             completion_tokens: None,
             ..call.clone()
         };
-        assert!(
-            call_line(&in_flight, &none).ends_with("HTTP -    - tokens  not finished  gpt-4o-mini")
-        );
-        let header = call_header(&none);
-        let line = call_line(&call, &none);
-        for (column, value) in [
-            ("CARD", "t_1234"),
-            ("ORIGIN", "gateway"),
-            ("OUTCOME", "ok "),
-        ] {
-            assert_eq!(header.find(column), line.find(value), "{header}\n{line}");
+        assert!(line(&in_flight, &none).ends_with("HTTP -  - tokens  not finished  gpt-4o-mini"));
+        // Every column starts where its header does, whatever the cells' widths and characters.
+        let odd = LedgerCall {
+            task_id: Some("t_\u{1b}[2J模型".to_owned()),
+            origin: "sweep".to_owned(),
+            model: Some("模型-名".to_owned()),
+            ..in_flight.clone()
+        };
+        for prices in [&none, &prices] {
+            let lines = call_lines(
+                &[call.clone(), odd.clone(), in_flight.clone()],
+                prices,
+                true,
+            );
+            let starts = |line: &str| -> Vec<usize> {
+                // Display columns where each cell starts (cells are two spaces apart).
+                let mut starts = vec![0];
+                let mut col = 0;
+                let mut gap = 0;
+                for ch in line.chars() {
+                    if ch == ' ' {
+                        gap += 1;
+                    } else {
+                        if gap >= 2 {
+                            starts.push(col);
+                        }
+                        gap = 0;
+                    }
+                    col += crate::cli::table::width(ch.encode_utf8(&mut [0; 4]));
+                }
+                starts
+            };
+            let mut header = starts(&lines[0]);
+            assert_eq!(header.len(), call_header(prices).len(), "{lines:#?}");
+            // The duration is right-aligned: the model after it starts where its header does.
+            header.remove(7);
+            for line in &lines[1..] {
+                let cells = starts(line);
+                assert!(header.iter().all(|c| cells.contains(c)), "{lines:#?}");
+            }
         }
     }
 

@@ -285,6 +285,13 @@ impl Config {
         }
     }
 
+    /// `auxiliary.kanban_decomposer.timeout` when it is the stricter bound of a decompose
+    /// request (see [`Config::decompose_timeout`]), `None` when `auxiliary.timeout_seconds` is.
+    pub fn decompose_timeout_key(&self) -> Option<&'static str> {
+        let own = self.auxiliary.kanban_decomposer.timeout?;
+        (own < self.auxiliary.timeout).then_some(TIMEOUT.key)
+    }
+
     /// The model decompose calls name: the decomposer's own `model`, else `model.default`.
     pub fn decomposer_model(&self) -> Option<String> {
         self.auxiliary

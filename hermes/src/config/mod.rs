@@ -9,6 +9,7 @@
 //! `decompose_calls_per_hour`) is money.
 
 mod decomposer;
+mod in_force;
 mod keys;
 mod prices;
 mod table;
@@ -19,6 +20,7 @@ pub use decomposer::{
     DecomposerConfig, DecomposerEndpoint, DecomposerSetupError, EndpointSource, KeyPlace,
     KeySource, OPENAI_BASE_URL,
 };
+pub use in_force::{InForce, Source, WrittenKeys};
 pub use keys::{ConfigWarning, WarningLog};
 pub use prices::{format_cost, Price, Prices, PRICES_KEY};
 pub use table::{keys_table, KeySpec, Kind, Range, Upstream, KEYS};
@@ -217,9 +219,7 @@ section! {
         .meaning("extra tries on 5xx / connection errors inside one attempt"),
         /// Wall-clock bound on one aux HTTP request, streaming included. Decompose calls use
         /// [`Config::decompose_timeout`], which also honours the decomposer's own `timeout`.
-        pub timeout: Duration = seconds("auxiliary.timeout_seconds", Some(120.0), 0.01, 3600.0)
-            .ours()
-            .meaning("bound on one request, streaming included"),
+        pub timeout: Duration = REQUEST_TIMEOUT,
         /// `auxiliary.kanban_decomposer.*`, upstream's per-task settings for decompose calls.
         pub kanban_decomposer: DecomposerConfig =
             other("auxiliary.kanban_decomposer", "a mapping of the keys below")
@@ -350,6 +350,11 @@ pub const DEFAULT_MAX_SPAWN: u32 = 2;
 /// reference worker's only tools are the six kanban tools, and a session that needs more turns
 /// than this to reach a terminal call is looping.
 pub const DEFAULT_MAX_TURNS: u32 = 30;
+
+/// `auxiliary.timeout_seconds`, named where the decomposer's own `timeout` is weighed against it.
+const REQUEST_TIMEOUT: KeySpec = seconds("auxiliary.timeout_seconds", Some(120.0), 0.01, 3600.0)
+    .ours()
+    .meaning("bound on one request, streaming included");
 
 /// Upper bound on `auxiliary.transient_retries`; larger values are clamped to it, as upstream
 /// does, so a config written for upstream keeps working without multiplying the bill further.

@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use serde_json::Value as Json;
+
 use super::{
     decomposer, AgentConfig, AuxiliaryConfig, Beyond, ConfigError, DecomposerConfig, KanbanConfig,
     ModelConfig, NumericKey, Prices, Reader, Section, Unit,
@@ -249,6 +251,11 @@ pub(super) trait Setting: Sized {
     fn read(reader: &Reader, s: &Section, row: &KeySpec) -> Result<Option<Self>, ConfigError>;
     /// The value when the key is absent.
     fn default_of(row: &KeySpec) -> Self;
+    /// The value as a check of the configuration shows it (seconds as a number, unset as
+    /// null); `None` for a type read by code of its own, which has no one value to show.
+    fn in_force(&self) -> Option<Json> {
+        None
+    }
 }
 
 /// Whether a field of type `T` can hold `row` (checked at compile time, for each field).
@@ -285,6 +292,9 @@ impl Setting for bool {
             _ => misfit(row),
         }
     }
+    fn in_force(&self) -> Option<Json> {
+        Some(Json::Bool(*self))
+    }
 }
 
 impl Setting for String {
@@ -300,6 +310,9 @@ impl Setting for String {
             _ => misfit(row),
         }
     }
+    fn in_force(&self) -> Option<Json> {
+        Some(Json::String(self.clone()))
+    }
 }
 
 impl Setting for Option<String> {
@@ -309,6 +322,9 @@ impl Setting for Option<String> {
     }
     fn default_of(_: &KeySpec) -> Self {
         None
+    }
+    fn in_force(&self) -> Option<Json> {
+        Some(self.clone().map_or(Json::Null, Json::String))
     }
 }
 
@@ -326,6 +342,9 @@ impl Setting for u32 {
             _ => misfit(row),
         }
     }
+    fn in_force(&self) -> Option<Json> {
+        Some(Json::from(*self))
+    }
 }
 
 impl Setting for Option<u32> {
@@ -335,6 +354,9 @@ impl Setting for Option<u32> {
     }
     fn default_of(_: &KeySpec) -> Self {
         None
+    }
+    fn in_force(&self) -> Option<Json> {
+        Some(self.map_or(Json::Null, Json::from))
     }
 }
 
@@ -352,6 +374,9 @@ impl Setting for Duration {
             _ => misfit(row),
         }
     }
+    fn in_force(&self) -> Option<Json> {
+        Some(Json::from(self.as_secs_f64()))
+    }
 }
 
 impl Setting for Option<Duration> {
@@ -361,6 +386,9 @@ impl Setting for Option<Duration> {
     }
     fn default_of(_: &KeySpec) -> Self {
         None
+    }
+    fn in_force(&self) -> Option<Json> {
+        Some(self.map_or(Json::Null, |d| Json::from(d.as_secs_f64())))
     }
 }
 
@@ -419,6 +447,17 @@ macro_rules! section {
         impl $name {
             /// This section's rows of the table, in the order they are read.
             pub const KEYS: &'static [KeySpec] = &[$($row,)* $($($also,)*)?];
+
+            /// Each of this section's keys that holds one value, with its value in force.
+            pub fn in_force(&self) -> Vec<(KeySpec, serde_json::Value)> {
+                let mut values = Vec::new();
+                $(
+                    if let Some(value) = Setting::in_force(&self.$field) {
+                        values.push((const { $row }, value));
+                    }
+                )*
+                values
+            }
 
             fn read(reader: &Reader, s: &Section) -> Result<$name, ConfigError> {
                 Ok($name {

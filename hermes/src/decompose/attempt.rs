@@ -164,6 +164,29 @@ pub struct Billing {
     pub where_read: String,
 }
 
+impl Billing {
+    /// `URL (model M, key: K)`: where a decompose call goes, as `-v` and checks show it.
+    pub fn route(&self) -> String {
+        format!(
+            "{} (model {}, key: {})",
+            self.endpoint, self.model, self.key
+        )
+    }
+
+    /// The warning for requests that would go without any credentials, where a key is read
+    /// from; `None` when they carry some.
+    pub fn no_key_warning(&self) -> Option<String> {
+        self.unauthorized.then(|| {
+            format!(
+                "no API key found: decompose requests to {} are sent without an Authorization \
+                 header (a provider that needs one refuses them, and auto-decompose pauses); a \
+                 key is read from {}",
+                self.endpoint, self.where_read
+            )
+        })
+    }
+}
+
 /// Why no attempt can be made at all with this configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum AttemptSetupError {
@@ -182,6 +205,13 @@ pub struct AttemptError {
     pub requests_sent: u32,
     /// What failed.
     pub board: BoardError,
+}
+
+impl AttemptSetupError {
+    /// What a gateway (or a check of it) says when this stops auto-decompose.
+    pub fn cannot_run(&self) -> String {
+        format!("auto-decompose cannot run: {self}")
+    }
 }
 
 impl AttemptError {

@@ -56,12 +56,8 @@ impl SingletonLock {
             move |source| LockError::Io { path, source }
         };
         fs::create_dir_all(lock_dir).map_err(io(lock_dir))?;
-        // One lock per board, so a shared lock dir can serve several boards.
-        let board = fs::canonicalize(db_path).unwrap_or_else(|_| db_path.to_owned());
-        let path = lock_dir.join(format!(
-            "gateway-{:016x}.lock",
-            fnv1a(board.as_os_str().as_encoded_bytes())
-        ));
+        let board = canonical_board(db_path);
+        let path = Self::path_for(lock_dir, db_path);
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -100,6 +96,138 @@ impl SingletonLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The lock file of the board at `db_path` in `lock_dir`: one per board, so a shared lock
+    /// directory can serve several boards.
+    pub fn path_for(lock_dir: &Path, db_path: &Path) -> PathBuf {
+        let board = canonical_board(db_path);
+        lock_dir.join(format!(
+            "gateway-{:016x}.lock",
+            fnv1a(board.as_os_str().as_encoded_bytes())
+        ))
+    }
+
+    /// Whether [`acquire`](Self::acquire) would take the lock now, creating nothing: a lock file
+    /// that does not exist yet is free, one that exists is tried with a shared lock that is
+    /// dropped at once (a gateway starting in that instant would take it for another gateway's).
+    pub fn probe(lock_dir: &Path, db_path: &Path) -> LockProbe {
+        let path = Self::path_for(lock_dir, db_path);
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return match may_create(&path) {
+                    Ok(()) => LockProbe::Free { path },
+                    Err(error) => LockProbe::Unusable { path, error },
+                };
+            }
+            Err(error) => return LockProbe::Unusable { path, error },
+        };
+        match file.try_lock_shared() {
+            Ok(()) => LockProbe::Free { path },
+            Err(TryLockError::WouldBlock) => {
+                let holder = fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|text| text.trim().parse().ok());
+                LockProbe::Held {
+                    board: canonical_board(db_path),
+                    path,
+                    holder,
+                }
+            }
+            Err(TryLockError::Error(error)) => LockProbe::Unusable { path, error },
+        }
+    }
+}
+
+/// What [`SingletonLock::probe`] found.
+#[derive(Debug)]
+pub enum LockProbe {
+    /// Nobody holds it: a gateway would take it.
+    Free { path: PathBuf },
+    /// Another gateway holds it: a gateway would refuse to start.
+    Held {
+        board: PathBuf,
+        path: PathBuf,
+        holder: Option<u32>,
+    },
+    /// It could not be opened or created: a gateway would refuse to start.
+    Unusable {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+impl LockProbe {
+    /// The refusal a gateway would give, when it would give one.
+    pub fn refusal(self) -> Option<LockError> {
+        match self {
+            LockProbe::Free { .. } => None,
+            LockProbe::Held {
+                board,
+                path,
+                holder,
+            } => Some(LockError::Held {
+                board,
+                lock: path,
+                holder,
+            }),
+            LockProbe::Unusable { path, error } => Some(LockError::Io {
+                path,
+                source: error,
+            }),
+        }
+    }
+}
+
+/// The board's path as the lock names it: resolved through symlinks, its directory's when the
+/// board does not exist yet (the gateway creates it before it takes the lock).
+fn canonical_board(db_path: &Path) -> PathBuf {
+    fs::canonicalize(db_path)
+        .ok()
+        .or_else(|| {
+            let dir = fs::canonicalize(db_path.parent()?).ok()?;
+            Some(dir.join(db_path.file_name()?))
+        })
+        .unwrap_or_else(|| db_path.to_owned())
+}
+
+/// Whether `path` could be created: its nearest existing ancestor is a directory this process
+/// may write to.
+pub(crate) fn may_create(path: &Path) -> std::io::Result<()> {
+    let dir = path
+        .ancestors()
+        .skip(1)
+        .find(|dir| dir.as_os_str().is_empty() || dir.exists())
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    may_access(dir, libc::W_OK | libc::X_OK)
+}
+
+/// Whether this process may use `path` as `mode` says (`access(2)`: `R_OK`, `W_OK`, `X_OK`).
+pub(crate) fn may_access(path: &Path, mode: libc::c_int) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `name` is a NUL-terminated path that lives across the call.
+    if unsafe { libc::access(name.as_ptr(), mode) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The dispatcher locks on the board at `db_path` that some process holds now, with its pid,
+/// as `/proc/locks` shows them (read only; a holder in another pid namespace does not show):
+/// the board file itself and upstream's two, which a gateway holds while it dispatches.
+pub fn dispatcher_locks_held(db_path: &Path) -> Vec<(PathBuf, u32)> {
+    let upstream = UpstreamLocks::new(db_path);
+    std::iter::once(db_path)
+        .chain(upstream.paths())
+        .filter_map(|path| {
+            let holder = flock_holder(FileId::of(path)?)?;
+            Some((path.to_owned(), holder))
+        })
+        .collect()
 }
 
 /// What [`UpstreamLocks::poll`] found.
@@ -407,6 +535,34 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_sees_what_acquire_would_and_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("kanban.db");
+        let locks = dir.path().join("locks");
+        // No board and no lock directory yet: free, and still nothing there.
+        assert!(matches!(
+            SingletonLock::probe(&locks, &db),
+            LockProbe::Free { .. }
+        ));
+        assert!(!locks.exists());
+        std::fs::write(&db, b"").unwrap();
+        let held = SingletonLock::acquire(&locks, &db).unwrap();
+        match SingletonLock::probe(&locks, &db) {
+            LockProbe::Held { path, holder, .. } => {
+                assert_eq!(path, held.path());
+                assert_eq!(holder, Some(std::process::id()));
+            }
+            other => panic!("expected Held, got {other:?}"),
+        }
+        drop(held);
+        let probe = SingletonLock::probe(&locks, &db);
+        assert!(matches!(probe, LockProbe::Free { .. }), "{probe:?}");
+        assert!(probe.refusal().is_none());
+        // What the probe found free, acquire takes.
+        assert!(SingletonLock::acquire(&locks, &db).is_ok());
+    }
 
     #[test]
     fn a_second_lock_on_the_same_board_is_refused_and_released_on_drop() {

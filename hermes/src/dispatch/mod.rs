@@ -23,7 +23,11 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tracing::{debug, info, warn};
 
-pub use lock::{DispatchGate, LockError, SingletonLock, UpstreamLockState, UpstreamLocks};
+pub use lock::{
+    dispatcher_locks_held, DispatchGate, LockError, LockProbe, SingletonLock, UpstreamLockState,
+    UpstreamLocks,
+};
+pub(crate) use lock::{may_access, may_create};
 use notice::Notice;
 use spawn::Workers;
 
@@ -575,16 +579,8 @@ impl Dispatcher {
                         billing.endpoint
                     );
                 }
-                if billing.unauthorized {
-                    self.key_notice.warn_keyed(
-                        &billing.endpoint,
-                        &format!(
-                            "no API key found: decompose requests to {} are sent without an \
-                             Authorization header (a provider that needs one refuses them, and \
-                             auto-decompose pauses); a key is read from {}",
-                            billing.endpoint, billing.where_read
-                        ),
-                    );
+                if let Some(warning) = billing.no_key_warning() {
+                    self.key_notice.warn_keyed(&billing.endpoint, &warning);
                 } else {
                     self.key_notice.clear();
                 }
@@ -594,8 +590,7 @@ impl Dispatcher {
             }
             Err(err) => {
                 self.context = None;
-                self.setup_notice
-                    .warn(format!("auto-decompose cannot run: {err}"));
+                self.setup_notice.warn(err.cannot_run());
             }
         }
     }

@@ -5,6 +5,7 @@
 //! The transaction-level helpers in `store::board` are shared with the decompose apply transaction.
 
 pub(crate) mod board;
+mod census;
 mod claims;
 #[cfg(test)]
 mod claims_tests;
@@ -37,6 +38,7 @@ use serde_json::Value;
 
 pub use crate::clock::now_ms;
 pub use crate::core::{BeginRefusal, Origin};
+pub use census::{census, Census, TriageCensus};
 pub use claims::{new_lease, Claim, ClaimState, ParkedCard, Recovered};
 pub use decompose::{
     ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, FailureRecord, NothingSentRecord,

@@ -103,7 +103,7 @@ pub(crate) fn shared_board_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/upstream-0.19.0-board")
 }
 
-fn copy_of_upstream_board(dir: &Path) -> PathBuf {
+pub(super) fn copy_of_upstream_board(dir: &Path) -> PathBuf {
     let src = shared_board_dir();
     for name in ["kanban.db", "kanban.db-wal", "kanban.db-shm"] {
         if src.join(name).exists() {

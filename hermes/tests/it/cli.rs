@@ -800,14 +800,18 @@ fn text_times_are_local_with_their_offset_and_utc_under_the_flag() {
 #[test]
 fn a_new_board_is_named_once_on_stderr_and_quiet_hides_notes_not_errors() {
     let s = Scratch::new();
-    let first = s.ok(&["kanban", "list"]);
+    let first = s.ok(&["kanban", "list", "--json"]);
     let db = s.db().display().to_string();
     assert_eq!(
         first.stderr.trim(),
         format!("hermes: created a new board at {db}"),
         "{first:?}"
     );
-    assert_eq!(s.ok(&["kanban", "list"]).stderr, "", "only the first time");
+    assert_eq!(
+        s.ok(&["kanban", "list", "--json"]).stderr,
+        "",
+        "only the first time"
+    );
 
     let quiet = Scratch::new();
     let out = quiet.ok(&["-q", "kanban", "create", "x"]);

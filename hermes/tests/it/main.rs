@@ -18,7 +18,9 @@
 //! | `decompose_atomic` | the whole graph or nothing, as a property over corrupted replies |
 //! | `dispatch_lock` | the gateway's singleton lock as another process sees it |
 //! | `cli` | the `hermes` binary's board verbs and bad input |
+//! | `cli_edges` | help pages, exit statuses, `show`'s events, aligned columns, `completion`, an empty `list` |
 //! | `gateway_process` | the gateway as a real process when the world misbehaves around it |
+//! | `gateway_check` | `gateway check`: what run would bill and whether it would start, nothing billed or written |
 //! | `gateway_billing` | what the gateway says it bills: endpoint, model, key source, no key, the URL a failed connection tried |
 //! | `gateway_dropin` | the gateway as a user coming from upstream meets it: logs, warnings, decomposer settings, locks |
 //! | `recovery` | the operator's verbs: `unpark`, `resume`, `auto-decompose ID on\|off`, `usage --calls` |
@@ -31,11 +33,13 @@ mod support;
 
 mod aux_client;
 mod cli;
+mod cli_edges;
 mod decompose_atomic;
 mod decompose_attempt;
 mod decompose_reply;
 mod dispatch_lock;
 mod gateway_billing;
+mod gateway_check;
 mod gateway_dropin;
 mod gateway_process;
 mod interop;

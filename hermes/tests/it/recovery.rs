@@ -446,7 +446,9 @@ fn usage_shows_each_calls_model_and_its_estimated_cost() {
         "{text:?}"
     );
     assert!(
-        lines[1].contains("120+30 tokens") && lines[1].ends_with("  fake-model  est. $0.0005"),
+        lines[1].contains("120+30 tokens")
+            && lines[1].contains("  fake-model  ")
+            && lines[1].ends_with("  est. $0.0005"),
         "{text:?}"
     );
     assert!(text.stderr.contains("hermes: (unknown model: "), "{text:?}");

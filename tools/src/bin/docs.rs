@@ -10,9 +10,9 @@
 //! ```
 //!
 //! Its content comes from one source, by name: a table the code itself defines (`settings`, the
-//! keys each target is configured with; `invariants`, what the oracle judges; `hermes-config`,
-//! the keys of the reference's `config.yaml`), or the output of a
-//! real run kept in `docs/data/<name>.md` (`conformance`, `ci`, `bench`, `planted`, `mutants`,
+//! keys each target is configured with, their defaults and what the explorer draws;
+//! `invariants`, what the oracle judges; `hermes-config`, the keys of the reference's
+//! `config.yaml`), or the output of a real run kept in `docs/data/<name>.md` (`conformance`, `ci`, `bench`, `planted`, `mutants`,
 //! `explore`), taken there from the run's own output with `--take`.
 //!
 //! ```sh
@@ -26,9 +26,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context as _};
 use clap::Parser;
 
-use fixtures::config::{Config, KEYS};
-use fixtures::oracle::Invariant;
+use fixtures::config::Config;
+use fixtures::settings::{Draw, Kind, SETTINGS};
 use fixtures::target::Target;
+use judge::Invariant;
 use tools::workspace::Workspace;
 
 #[derive(Debug, Parser)]
@@ -181,32 +182,41 @@ fn source(name: &str, data: &Path) -> anyhow::Result<String> {
     }
 }
 
-/// What each target is configured with, from the one table of names (`fixtures::config::KEYS`).
+/// What each target is configured with, the contract's default and what the explorer draws,
+/// from the one table of settings (`fixtures::settings::SETTINGS`).
 fn settings_table() -> String {
     let reference = Target::reference("hermes");
     let external = Target::external("upstream", "python", Vec::new());
     let mut out = String::from(
-        "| setting | bound | the reference reads | upstream-dialect targets read | the contract's default |\n\
-         |---|---|---|---|---|\n",
+        "| setting | bound | the reference reads | upstream-dialect targets read | the contract's default | the explorer draws |\n\
+         |---|---|---|---|---|---|\n",
     );
-    for key in &KEYS {
+    for row in &SETTINGS {
         let name = |target: &Target| {
-            Config::key_for(target, key.setting).map_or("—".to_owned(), |key| format!("`{key}`"))
+            Config::key_for(target, row.setting).map_or("—".to_owned(), |key| format!("`{key}`"))
         };
-        let default = match (key.setting, key.default) {
-            (fixtures::config::Setting::KillSwitch, Some(on)) => {
-                if on == 0.0 { "off" } else { "on" }.to_owned()
-            }
+        let default = match (row.kind, row.default) {
+            (Kind::Switch, Some(on)) => if on == 0.0 { "off" } else { "on" }.to_owned(),
             (_, Some(default)) => format!("{default}"),
             (_, None) => "—".to_owned(),
         };
+        let draws = match row.explore.map(|explore| explore.draw) {
+            Some(Draw::Counts(min, max)) => format!("{min}–{max}"),
+            Some(Draw::Seconds(values)) => {
+                let values: Vec<String> = values.iter().map(|secs| format!("{secs}")).collect();
+                format!("{} s", values.join(", "))
+            }
+            Some(Draw::Switch) => "on, off".to_owned(),
+            None => "—".to_owned(),
+        };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
-            key.words,
-            key.bound,
+            "| {} | {} | {} | {} | {} | {} |\n",
+            row.words,
+            row.bound,
             name(&reference),
             name(&external),
-            default
+            default,
+            draws
         ));
     }
     out

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fixtures::aux_model::graph_value;
 use fixtures::aux_model::{AnswerEnd, Framing};
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use super::judge_failed_without_rows;

@@ -3,7 +3,7 @@
 //! picked), `decompose_calls_per_hour: 0` lets no sweep pay at all, and in every case a
 //! person's `decompose ID` still makes exactly one attempt.
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::json;
 

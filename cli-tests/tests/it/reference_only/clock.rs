@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use fixtures::faketime::{sweep_a_day_ahead, DatedAhead};
-use fixtures::prelude::*;
 use fixtures::rows::unix_ms_ago;
+use judge::prelude::*;
 use rstest::rstest;
 
 #[rstest]

@@ -2,7 +2,7 @@
 //! refused at start naming the key, nothing paid. Every documented range takes its ends, and a
 //! value just past one is refused naming the key and the range (`from MIN to MAX`).
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::config_extremes::judge_absurd_configs;

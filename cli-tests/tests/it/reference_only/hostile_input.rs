@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use fixtures::aux_model::graph_value;
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
 use fixtures::rows::unix_ms_ago;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 

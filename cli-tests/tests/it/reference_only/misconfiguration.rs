@@ -4,8 +4,8 @@
 //! stay silent, and the verb still does its work.
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
 use fixtures::upstream::{DEFAULT_KEYS, DEFAULT_KEYS_YAML};
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::misconfiguration::lines_naming;

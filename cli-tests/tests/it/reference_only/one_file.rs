@@ -1,7 +1,7 @@
 //! What the reference's own records keep in a copy of `kanban.db` alone made after CLI verbs:
 //! every paid call's ledger row and the failed card's attempt.
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::one_file::run_verbs;

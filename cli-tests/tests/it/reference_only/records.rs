@@ -3,7 +3,7 @@
 //! cost no card's budget and show in `usage` with the pause they caused; and requests a dead
 //! process left `in_flight` are closed as `unknown` by the next sweep and shown in `usage`.
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::{json, Value};
 

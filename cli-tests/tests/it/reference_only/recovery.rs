@@ -11,7 +11,7 @@ use rstest::rstest;
 use serde_json::{json, Map, Value};
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
+use judge::prelude::*;
 
 use crate::{decompose_all, decompose_card, json_lines, judge_exit_code, one_per_line};
 

@@ -2,8 +2,8 @@
 //! sets each aside without a request (parked, saying why on stderr), an explicit decompose
 //! refuses it (exit 1, no request), and `show` renders the bytes that are not text as U+FFFD.
 
-use fixtures::prelude::*;
 use fixtures::rows::NotText;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 

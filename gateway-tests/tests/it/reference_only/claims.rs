@@ -10,12 +10,10 @@
 
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use fixtures::aux_model::contract_task;
-use fixtures::gateway::Gateway;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::json;
 
@@ -29,13 +27,6 @@ const TAKER_ANSWER: Duration = Duration::from_secs(8);
 /// The bound on one request: longer than the holder is frozen, so that its request is still
 /// answered, not timed out, when it wakes.
 const CALL_TIMEOUT_SECS: f64 = 40.0;
-
-fn signal(gateway: &Gateway, signal: Signal) {
-    let pid = i32::try_from(gateway.pid()).unwrap_or(i32::MAX);
-    if let Err(error) = kill(Pid::from_raw(pid), signal) {
-        panic!("cannot send {signal} to the gateway (pid {pid}): {error}");
-    }
-}
 
 /// A fan-out whose children's titles all start with `who`.
 fn graph_of(who: &str) -> Reply {
@@ -61,7 +52,7 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
 
     let mut run = board.scenario();
     run.start().first_bill(&card);
-    signal(run.gateway(), Signal::SIGSTOP);
+    run.signal(Signal::SIGSTOP);
     let arranged = board.rows().arrange_claim_expired_elsewhere(&card);
 
     let (sweep, holder_done, taker_answer_at) = std::thread::scope(|scope| {
@@ -76,7 +67,7 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
         if let Some(at) = holder_answer_at {
             std::thread::sleep(at.saturating_duration_since(Instant::now()));
         }
-        signal(run.gateway(), Signal::SIGCONT);
+        run.signal(Signal::SIGCONT);
         let holder_done = try_wait_until(
             || {
                 board
@@ -96,7 +87,7 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
         let taker_answer_at = aux.bill_times(&card).get(1).map(|at| *at + TAKER_ANSWER);
         (sweep, took_over.and(holder_done), taker_answer_at)
     });
-    let log = run.gateway().log_since_start();
+    let log = run.log_since_start();
     let seen = run.stop();
 
     assert_eq!(arranged, 1, "the card in flight had no claim to arrange");

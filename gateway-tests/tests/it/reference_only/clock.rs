@@ -10,7 +10,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fixtures::faketime::{log_times, sweep_a_day_ahead, DatedAhead, FakeClock, AHEAD};
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::{card_held_in_flight, span_of_ticks};

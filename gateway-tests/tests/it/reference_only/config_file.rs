@@ -1,7 +1,7 @@
 //! A `config.yaml` that is not a config file, as the reference says so: one WARN naming what
 //! the file is instead, while the last good config stays in force.
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::config_file::{run_with, NotAConfig};

@@ -12,11 +12,11 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use fixtures::explore::findings::{Check, Finding};
-use fixtures::explore::schedule::{Behaviour, CardKind, CardPlan, Knobs, Schedule, Slot, Step};
-use fixtures::explore::{execute, Moment, Run};
-use fixtures::prelude::*;
+use explorer::findings::{Check, Finding};
+use explorer::schedule::{Behaviour, CardKind, CardPlan, Knobs, Schedule, Slot, Step};
+use explorer::{execute, Moment, Run};
 use fixtures::target::Target;
+use judge::prelude::*;
 
 fn two_plain_cards() -> Vec<CardPlan> {
     (0..2)

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use fixtures::gateway::Gateway;
 use fixtures::gateway::GatewayError;
-use fixtures::prelude::*;
 use fixtures::ticks::Window;
 use fixtures::upstream::{DEFAULT_KEYS, DEFAULT_KEYS_YAML};
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 
@@ -278,8 +278,8 @@ fn a_bad_edit_mid_run_keeps_the_last_good_config_and_its_bounds(
     })
     .watch(span_of_ticks(target, PROBE_TICKS));
     let bills_under_bad_edit = aux.bills();
-    let warnings = kept(&run.gateway().log());
-    let bad_window = run.window().clone();
+    let warnings = kept(&run.log());
+    let bad_window = run.so_far();
     board.reconfigure(Config::gateway());
     run.left_triage(
         &cards,
@@ -325,7 +325,7 @@ fn a_bad_dotenv_line_is_a_warning_naming_it_and_the_key_below_it_still_bills(
 
     let mut run = board.scenario();
     run.start().until_left_triage(&card, "the card decomposed");
-    let log = run.gateway().log_since_start();
+    let log = run.log_since_start();
     let seen = run.stop();
 
     let bearers: Vec<String> = aux.billed_calls().iter().map(|c| c.bearer()).collect();

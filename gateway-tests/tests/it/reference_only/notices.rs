@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use fixtures::limits::set_file_size_limit;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::Value;
 
@@ -56,12 +56,12 @@ fn a_board_that_cannot_be_written_is_reported_once_per_condition_in_words_that_s
     aux.reply(&card, Reply::default_single().delayed(SLOW_ANSWER));
     run.first_bill(&card);
     // The request is on its way; its end cannot be recorded.
-    if let Err(error) = set_file_size_limit(run.gateway().pid(), NO_ROOM) {
+    if let Err(error) = set_file_size_limit(run.pid(), NO_ROOM) {
         panic!("{error}");
     }
     run.watch(SLOW_ANSWER + span_of_ticks(target, PROBE_TICKS));
-    let while_full = json_lines(&run.gateway().log());
-    if let Err(error) = set_file_size_limit(run.gateway().pid(), None) {
+    let while_full = json_lines(&run.log());
+    if let Err(error) = set_file_size_limit(run.pid(), None) {
         panic!("{error}");
     }
     let window = run.close_window();
@@ -77,7 +77,7 @@ fn a_board_that_cannot_be_written_is_reported_once_per_condition_in_words_that_s
         },
     )
     .prove_ticks(1);
-    let after = json_lines(&run.gateway().log());
+    let after = json_lines(&run.log());
     let writable = run.stop();
 
     let sent = lines_at(&while_full, "WARN", "was sent (it may be billed)");

@@ -3,7 +3,7 @@
 //! `-wal`/`-shm` swapped under the gateway every request still has its ledger row, and the
 //! gateway says what happened (one WARN per swap noticed).
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::one_file::{run_and_stop, swap_wal_files_under_a_gateway};

@@ -1,10 +1,12 @@
 //! The operator's recovery verbs against a running gateway: `kanban unpark ID` gives a parked
 //! card one more budget that the gateway spends with one bill, `kanban resume` lifts a provider
 //! pause so the gateway bills again, and `kanban auto-decompose ID off|on` keeps the gateway away
-//! from a card and brings it back. Judged by the bills the fake provider saw.
+//! from a card and brings it back. Judged by the bills the fake provider saw: what the verbs
+//! print and how they exit is the CLI contract, judged in cli-tests; here a verb that failed
+//! leaves its gateway verdicts with no arrangement to stand on.
 
 use fixtures::cli::CliOutput;
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::support::span_of_ticks;
@@ -13,12 +15,17 @@ use crate::{PROBE_TICKS, SHORT_BACKOFF};
 /// The attempt budget of the unpark test: small, so the card parks within a few ticks.
 const BUDGET: u32 = 2;
 
-/// The verdict that a verb the test runs exits 0.
-fn judge_success(what: &str, run: &CliOutput) {
-    holds(format!("{what} exits 0"), run.success())
-        .note(|| format!("exited with {}", run.code_text()))
-        .context(|| run.to_string())
-        .gap(GapKind::WrongExitCode);
+/// The arrangement a gateway verdict after a verb stands on: the verb ran (its exit code is
+/// the CLI contract's, judged in cli-tests).
+fn ran(verb: &CliOutput) -> Result<(), String> {
+    if verb.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the verb exited with {}:\n{verb}",
+            verb.code_text()
+        ))
+    }
 }
 
 #[rstest]
@@ -38,7 +45,7 @@ fn a_parked_card_unparked_is_decomposed_by_the_gateway_with_one_bill(
         )
         .prove_ticks(2);
     let parked_bills = aux.billed_for(&card);
-    let parked_window = run.window().clone();
+    let parked_window = run.so_far();
     aux.reply(&card, Reply::graph(2, &[]));
     let unpark = board.cli_unchecked(["kanban", "unpark", card.as_str()]);
     run.until_left_triage(&card, "the unparked card decomposed by the gateway")
@@ -51,13 +58,13 @@ fn a_parked_card_unparked_is_decomposed_by_the_gateway_with_one_bill(
         .over(&parked_window)
         .context(|| board.diag(&card))
         .gap(GapKind::RebilledEveryTick);
-    judge_success("`kanban unpark` of a card the gateway parked", &unpark);
     bound(
         "gateway bills after unpark",
         bills.saturating_sub(parked_bills),
     )
     .exactly(1)
     .over(&seen)
+    .provided(&ran(&unpark))
     .context(|| format!("{unpark}\n{}", board.diag(&card)))
     .gap(GapKind::RecoveryFailed);
     holds(
@@ -85,7 +92,7 @@ fn resume_lets_a_gateway_paused_by_a_refusal_bill_again(
     run.first_bill(&card)
         .watch(span_of_ticks(target, PROBE_TICKS));
     let paused_bills = aux.billed_for(&card);
-    let paused_window = run.window().clone();
+    let paused_window = run.so_far();
     aux.reply(&card, Reply::graph(2, &[]));
     let resume = board.cli_unchecked(["kanban", "resume"]);
     run.until_left_triage(&card, "the card decomposed after the resume")
@@ -98,13 +105,13 @@ fn resume_lets_a_gateway_paused_by_a_refusal_bill_again(
         .over(&paused_window)
         .note(|| board.setting(Setting::Cooldown))
         .gap(GapKind::ProviderFaultNotPaused);
-    judge_success("`kanban resume` of a paused board", &resume);
     bound(
         "gateway bills after resume",
         bills.saturating_sub(paused_bills),
     )
     .exactly(1)
     .over(&seen)
+    .provided(&ran(&resume))
     .context(|| format!("{resume}\n{}", board.diag(&card)))
     .gap(GapKind::RecoveryFailed);
     holds(
@@ -131,26 +138,26 @@ fn auto_decompose_off_keeps_the_gateway_away_and_on_brings_it_back(
         .until_left_triage(&fresh, "the fresh card auto-decomposed")
         .prove_ticks(PROBE_TICKS);
     let bills_while_off = aux.billed_for(&card);
-    let off_window = run.window().clone();
+    let off_window = run.so_far();
     let on = board.cli_unchecked(["kanban", "auto-decompose", card.as_str(), "on"]);
     run.until_left_triage(&card, "the card switched on decomposed by the gateway")
         .prove_ticks(2);
     let seen = run.stop();
     let bills = aux.billed_for(&card);
 
-    judge_success("`kanban auto-decompose ID off`", &off);
     bound("gateway bills for a card switched off", bills_while_off)
         .at_most(0)
         .over(&off_window)
+        .provided(&ran(&off))
         .context(|| board.diag(&card))
         .gap(GapKind::HoldDecomposed);
-    judge_success("`kanban auto-decompose ID on`", &on);
     bound(
         "gateway bills once the card is switched on",
         bills.saturating_sub(bills_while_off),
     )
     .exactly(1)
     .over(&seen)
+    .provided(&ran(&on))
     .context(|| format!("{on}\n{}", board.diag(&card)))
     .gap(GapKind::RecoveryFailed);
     holds(

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use fixtures::cli::CliOutput;
 use fixtures::gateway::Gateway;
-use fixtures::prelude::*;
 use fixtures::target::Readiness;
+use judge::prelude::*;
 use rstest::rstest;
 use serde_json::json;
 
@@ -100,7 +100,7 @@ fn no_output_of_a_whole_run_shows_the_key_or_the_urls_password(
     let broken = format!("http://ops:{PASSWORD}@[::1/v1");
     board.reconfigure(board.config().yaml(&decomposer_at(&broken)));
     let noticed = try_wait_until(
-        || run.gateway().log().contains("auto-decompose cannot run"),
+        || run.log().contains("auto-decompose cannot run"),
         board.target().first_bill_timeout(),
         "the gateway's word on the broken base URL",
     );

@@ -2,7 +2,7 @@
 //! aside without a request (parked, so `unpark` is the way back once the row is fixed), with one
 //! WARN naming each card and saying why.
 
-use fixtures::prelude::*;
+use judge::prelude::*;
 use rstest::rstest;
 
 use crate::PROBE_TICKS;
@@ -15,7 +15,7 @@ fn cards_whose_text_is_not_text_are_set_aside_unpaid_with_one_warning_each(
     let unreadable = board.arrange_cards_not_text();
     let mut run = board.scenario();
     run.start().prove_ticks(PROBE_TICKS);
-    let log = run.gateway().log();
+    let log = run.log();
     let seen = run.stop();
 
     let rows = board.rows();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use fixtures::aux_model::{worker_task_of, AuxModel, Reply};
 use fixtures::board::Board;
-use fixtures::config::GATEWAY_CONFIG;
+use fixtures::config::{Config, Setting};
 use fixtures::gateway::Gateway;
 use fixtures::target::Target;
 use serde_json::json;
@@ -29,12 +29,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A board whose gateway may run `max_spawn` workers.
 fn board(target: &'static Target, max_spawn: u32) -> Board {
-    Board::with_model(
-        target,
-        AuxModel::start(),
-        GATEWAY_CONFIG.max_spawn(max_spawn),
-    )
-    .unjudged()
+    let config = Config::gateway().with_number(Setting::MaxSpawn, Some(f64::from(max_spawn)));
+    Board::with_model(target, AuxModel::start(), config)
 }
 
 fn spawn(board: &Board) -> anyhow::Result<Gateway> {

@@ -9,9 +9,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use fixtures::explore::{
-    self, saved, Check, Exploration, Failure, Gated, Plan, Progress, Run, Saved, Schedule,
-};
+use explorer::{saved, Check, Exploration, Failure, Gated, Plan, Progress, Run, Saved, Schedule};
 use fixtures::gaps::GapList;
 use fixtures::target::Target;
 use fixtures::verdict::Outcome;
@@ -227,7 +225,7 @@ fn explore_seeds(
             dir,
             unwritten: None,
         };
-        let exploration = explore::explore(&plan, &mut |progress| shown.progress(progress));
+        let exploration = explorer::explore(&plan, &mut |progress| shown.progress(progress));
         if let Some(error) = shown.unwritten {
             return Err(error);
         }
@@ -509,7 +507,7 @@ fn replay(
     );
     let mut out = std::io::stdout().lock();
     print_schedule(&mut out, schedule);
-    let (run, gated) = explore::replay(schedule, base, &test, &mut |progress| {
+    let (run, gated) = explorer::replay(schedule, base, &test, &mut |progress| {
         if let Progress::Step(moment) = progress {
             if verbose {
                 eprintln!("      → {}. {}", moment.index + 1, moment.step);
