@@ -110,6 +110,31 @@ pub struct Completion {
     pub streamed: bool,
 }
 
+/// One tool call an agent turn asked for: `choices[0].message.tool_calls[i]`, or the same
+/// assembled from a stream's `delta.tool_calls` pieces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The provider's id for the call, echoed in the tool's answer (`tool_call_id`).
+    pub id: String,
+    /// The function's name.
+    pub name: String,
+    /// Its arguments as the provider sent them: JSON text (an object sent as such is written
+    /// out as text).
+    pub arguments: String,
+}
+
+/// A successful agent turn ([`AuxClient::send_turn`]): text, tool calls, or both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentTurn {
+    /// The assistant's text, if any.
+    pub content: Option<String>,
+    /// The tool calls it asked for, in order.
+    pub tool_calls: Vec<ToolCall>,
+    pub http_status: u16,
+    pub usage: Usage,
+    pub streamed: bool,
+}
+
 /// Why one request did not produce a usable completion.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AuxError {
@@ -414,8 +439,68 @@ impl AuxClient {
 
     /// One POST `{base_url}/chat/completions`, bounded by the configured timeout and body cap.
     pub async fn send_once(&self, messages: &[ChatMessage]) -> Result<Completion, AuxError> {
+        let body = ChatRequest {
+            model: &self.settings.model,
+            messages,
+            temperature: self.settings.temperature,
+            max_tokens: self.settings.max_tokens,
+            stream: false,
+        }
+        .to_json(&self.extra_body)
+        .map_err(|err| AuxError::InvalidSettings(format!("cannot encode request: {err}")))?;
+        let (http_status, reply) = self.bounded(body).await?;
+        let content = reply.content.unwrap_or_default();
+        if content.trim().is_empty() {
+            return Err(AuxError::Malformed("empty reply".to_owned()));
+        }
+        Ok(Completion {
+            content,
+            http_status,
+            usage: reply.usage,
+            streamed: reply.streamed,
+        })
+    }
+
+    /// One agent turn: a POST `{base_url}/chat/completions` carrying `messages` (any chat
+    /// messages, tool results included) and `tools` (function schemas), bounded like
+    /// [`Self::send_once`]. Its reply must hold text or tool calls (a JSON completion or an SSE
+    /// stream of deltas, tool-call pieces included).
+    pub async fn send_turn(
+        &self,
+        messages: &[Value],
+        tools: &[Value],
+    ) -> Result<AgentTurn, AuxError> {
+        let body = serde_json::json!({
+            "model": self.settings.model,
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": "auto",
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+            "stream": false,
+        });
+        let body = serde_json::to_vec(&body)
+            .map_err(|err| AuxError::InvalidSettings(format!("cannot encode request: {err}")))?;
+        let (http_status, reply) = self.bounded(body).await?;
+        let content = reply.content.filter(|c| !c.trim().is_empty());
+        if content.is_none() && reply.tool_calls.is_empty() {
+            return Err(AuxError::Malformed(
+                "empty reply: neither text nor a tool call".to_owned(),
+            ));
+        }
+        Ok(AgentTurn {
+            content,
+            tool_calls: reply.tool_calls,
+            http_status,
+            usage: reply.usage,
+            streamed: reply.streamed,
+        })
+    }
+
+    /// [`Self::exchange`] within the configured timeout.
+    async fn bounded(&self, body: Vec<u8>) -> Result<(u16, ParsedReply), AuxError> {
         let timeout = self.settings.timeout;
-        match tokio::time::timeout(timeout, self.exchange(messages)).await {
+        match tokio::time::timeout(timeout, self.exchange(body)).await {
             Ok(result) => result,
             Err(_elapsed) => Err(AuxError::Timeout {
                 url: self.shown_endpoint.clone(),
@@ -445,17 +530,7 @@ impl AuxClient {
         !self.endpoint.username().is_empty() || self.endpoint.password().is_some()
     }
 
-    async fn exchange(&self, messages: &[ChatMessage]) -> Result<Completion, AuxError> {
-        let body = ChatRequest {
-            model: &self.settings.model,
-            messages,
-            temperature: self.settings.temperature,
-            max_tokens: self.settings.max_tokens,
-            stream: false,
-        }
-        .to_json(&self.extra_body)
-        .map_err(|err| AuxError::InvalidSettings(format!("cannot encode request: {err}")))?;
-
+    async fn exchange(&self, body: Vec<u8>) -> Result<(u16, ParsedReply), AuxError> {
         let mut response = self
             .http
             .post(self.endpoint.clone())
@@ -496,22 +571,15 @@ impl AuxClient {
             let body = read_capped(&mut response, limit, &self.shown_endpoint).await?;
             parse_json_or_sse_body(&body)?
         };
-
-        if reply.content.trim().is_empty() {
-            return Err(AuxError::Malformed("empty reply".to_owned()));
-        }
-        Ok(Completion {
-            content: reply.content,
-            http_status: status.as_u16(),
-            usage: reply.usage,
-            streamed: reply.streamed,
-        })
+        Ok((status.as_u16(), reply))
     }
 }
 
 /// What a reply body yields before the emptiness check.
 struct ParsedReply {
-    content: String,
+    /// `None` only beside tool calls: a reply with neither is refused while it is parsed.
+    content: Option<String>,
+    tool_calls: Vec<ToolCall>,
     usage: Usage,
     streamed: bool,
 }
@@ -704,20 +772,69 @@ fn parse_json_reply(reply: &Value) -> Result<ParsedReply, AuxError> {
     if let Some(message) = provider_error_message(reply) {
         return Err(AuxError::Malformed(format!("provider error: {message}")));
     }
-    let content = reply
-        .pointer("/choices/0/message/content")
-        .ok_or_else(|| AuxError::Malformed("reply has no choices[0].message.content".to_owned()))?;
-    let content = content.as_str().ok_or_else(|| {
-        AuxError::Malformed(format!(
-            "choices[0].message.content is {}, not a string",
-            json_kind(content)
-        ))
-    })?;
+    let tool_calls = match reply.pointer("/choices/0/message/tool_calls") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(calls)) => calls
+            .iter()
+            .map(whole_tool_call)
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(AuxError::Malformed(format!(
+                "choices[0].message.tool_calls is {}, not a list",
+                json_kind(other)
+            )))
+        }
+    };
+    let content = match reply.pointer("/choices/0/message/content") {
+        // An agent's turn may be tool calls alone.
+        None | Some(Value::Null) if !tool_calls.is_empty() => None,
+        None => {
+            return Err(AuxError::Malformed(
+                "reply has no choices[0].message.content".to_owned(),
+            ))
+        }
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(other) => {
+            return Err(AuxError::Malformed(format!(
+                "choices[0].message.content is {}, not a string",
+                json_kind(other)
+            )))
+        }
+    };
     Ok(ParsedReply {
-        content: content.to_owned(),
+        content,
+        tool_calls,
         usage: reply.get("usage").map(parse_usage).unwrap_or_default(),
         streamed: false,
     })
+}
+
+/// One whole tool call of a JSON completion.
+fn whole_tool_call(call: &Value) -> Result<ToolCall, AuxError> {
+    let name = call
+        .pointer("/function/name")
+        .and_then(Value::as_str)
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| AuxError::Malformed("a tool call names no function".to_owned()))?;
+    Ok(ToolCall {
+        id: call
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        name: name.to_owned(),
+        arguments: arguments_text(call.pointer("/function/arguments")),
+    })
+}
+
+/// A tool call's arguments as JSON text: a string as it is, an object written out, nothing as
+/// `{}`.
+fn arguments_text(arguments: Option<&Value>) -> String {
+    match arguments {
+        None | Some(Value::Null) => "{}".to_owned(),
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+    }
 }
 
 /// The message of an `error` object (or string) that some providers send with a 2xx status, cut
@@ -761,6 +878,9 @@ pub(crate) fn json_kind(value: &Value) -> &'static str {
     }
 }
 
+/// The most tool calls one streamed turn may assemble.
+const MAX_TOOL_CALLS: usize = 64;
+
 /// Incremental server-sent-events decoder for chat-completion chunks.
 ///
 /// Lines may end in `\n`, `\r\n` or `\r`, and a terminator may be split across network chunks;
@@ -774,6 +894,8 @@ struct SseReader {
     /// `data:` lines of the event being assembled.
     event_data: Vec<String>,
     content: String,
+    /// Tool calls assembled from `delta.tool_calls` pieces, by their `index`.
+    tool_calls: Vec<ToolCall>,
     usage: Usage,
     finish_reason: Option<String>,
 }
@@ -826,10 +948,54 @@ impl SseReader {
 
     fn into_reply(self) -> ParsedReply {
         ParsedReply {
-            content: self.content,
+            content: Some(self.content),
+            tool_calls: self.tool_calls,
             usage: self.usage,
             streamed: true,
         }
+    }
+
+    /// Adds one chunk's `delta.tool_calls` pieces: the first piece of a call brings its id and
+    /// name, every piece may bring more of its arguments.
+    fn add_tool_call_pieces(&mut self, pieces: &Value) -> Result<(), AuxError> {
+        let Some(pieces) = pieces.as_array() else {
+            return Err(AuxError::Malformed(format!(
+                "stream delta tool_calls is {}, not a list",
+                json_kind(pieces)
+            )));
+        };
+        for piece in pieces {
+            let index = piece
+                .get("index")
+                .and_then(Value::as_u64)
+                .and_then(|i| usize::try_from(i).ok())
+                .unwrap_or(self.tool_calls.len().saturating_sub(1));
+            if index > self.tool_calls.len() || index >= MAX_TOOL_CALLS {
+                return Err(AuxError::Malformed(format!(
+                    "stream tool call index {index} out of order"
+                )));
+            }
+            if index == self.tool_calls.len() {
+                self.tool_calls.push(ToolCall {
+                    id: String::new(),
+                    name: String::new(),
+                    arguments: String::new(),
+                });
+            }
+            let call = &mut self.tool_calls[index];
+            if let Some(id) = piece.get("id").and_then(Value::as_str) {
+                call.id = id.to_owned();
+            }
+            if let Some(name) = piece.pointer("/function/name").and_then(Value::as_str) {
+                call.name.push_str(name);
+            }
+            match piece.pointer("/function/arguments") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(more)) => call.arguments.push_str(more),
+                Some(other) => call.arguments.push_str(&other.to_string()),
+            }
+        }
+        Ok(())
     }
 
     fn end_line(&mut self, line: &[u8]) -> Result<bool, AuxError> {
@@ -874,6 +1040,9 @@ impl SseReader {
                         json_kind(other)
                     )))
                 }
+            }
+            if let Some(pieces) = choice.pointer("/delta/tool_calls").filter(|v| !v.is_null()) {
+                self.add_tool_call_pieces(pieces)?;
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.finish_reason = Some(reason.to_owned());
@@ -989,8 +1158,8 @@ mod tests {
     #[test]
     fn sse_tolerates_crlf_comments_events_and_multiline_data() {
         let body = ": keep-alive\r\n\r\nevent: message\r\ndata: {\"choices\":[{\"delta\":\r\ndata: {\"content\":\"he\"}}]}\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"llo\"}}]}\r\rdata: [DONE]\r\n\r\n";
-        let reply = sse(body).map(|reply| reply.content);
-        assert_eq!(reply.ok().as_deref(), Some("hello"));
+        let reply = sse(body).ok().and_then(|reply| reply.content);
+        assert_eq!(reply.as_deref(), Some("hello"));
     }
 
     #[test]
@@ -1006,13 +1175,16 @@ mod tests {
             }
         }
         assert!(done, "[DONE] seen");
-        assert_eq!(reader.into_reply().content, "é✓");
+        assert_eq!(reader.into_reply().content.as_deref(), Some("é✓"));
     }
 
     #[test]
     fn sse_final_done_without_blank_line_counts() {
         let reply = sse("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]");
-        assert_eq!(reply.ok().map(|reply| reply.content).as_deref(), Some("x"));
+        assert_eq!(
+            reply.ok().and_then(|reply| reply.content).as_deref(),
+            Some("x")
+        );
     }
 
     #[test]
@@ -1164,6 +1336,79 @@ mod tests {
         .unwrap();
         assert!(text.contains("\"temperature\":0.2,"), "{text}");
         assert!(plain.get("tools").is_none());
+    }
+
+    #[test]
+    fn a_json_turn_may_be_tool_calls_alone_and_their_arguments_any_json() {
+        let reply = serde_json::json!({"choices": [{"message": {
+        "role": "assistant", "content": null,
+        "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "kanban_complete", "arguments": "{\"summary\":\"ok\"}"}},
+            {"id": "c2", "type": "function",
+             "function": {"name": "kanban_comment", "arguments": {"body": "x"}}},
+        ]}}]});
+        let parsed = parse_json_reply(&reply).unwrap();
+        assert_eq!(parsed.content, None);
+        assert_eq!(parsed.tool_calls.len(), 2);
+        assert_eq!(parsed.tool_calls[0].name, "kanban_complete");
+        assert_eq!(parsed.tool_calls[0].arguments, "{\"summary\":\"ok\"}");
+        assert_eq!(parsed.tool_calls[1].arguments, "{\"body\":\"x\"}");
+        // Without tool calls the content rules are a decompose call's.
+        let text_only = serde_json::json!({"choices": [{"message": {"content": null}}]});
+        assert!(parse_json_reply(&text_only).is_err());
+        let nameless = serde_json::json!({"choices": [{"message": {"tool_calls": [{"id": "c"}]}}]});
+        assert!(matches!(
+            parse_json_reply(&nameless),
+            Err(AuxError::Malformed(_))
+        ));
+        let not_a_list = serde_json::json!({"choices": [{"message": {"tool_calls": 3}}]});
+        assert!(matches!(
+            parse_json_reply(&not_a_list),
+            Err(AuxError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_streamed_turn_assembles_its_tool_calls_from_their_pieces() {
+        let chunk = |delta: serde_json::Value| {
+            format!(
+                "data: {}\n\n",
+                serde_json::json!({"choices": [{"delta": delta}]})
+            )
+        };
+        let body = [
+            chunk(serde_json::json!({"role": "assistant", "content": ""})),
+            chunk(
+                serde_json::json!({"tool_calls": [{"index": 0, "id": "call_1",
+                "function": {"name": "kanban_block", "arguments": ""}}]}),
+            ),
+            chunk(serde_json::json!({"tool_calls": [{"index": 0,
+                "function": {"arguments": "{\"reason\":"}}]})),
+            chunk(serde_json::json!({"tool_calls": [{"index": 0,
+                "function": {"arguments": "\"stuck\"}"}}]})),
+            chunk(
+                serde_json::json!({"tool_calls": [{"index": 1, "id": "call_2",
+                "function": {"name": "kanban_heartbeat", "arguments": "{}"}}]}),
+            ),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let reply = sse(&body).unwrap();
+        assert_eq!(reply.content.as_deref(), Some(""));
+        let calls = reply.tool_calls;
+        assert_eq!(calls.len(), 2);
+        assert_eq!(
+            (
+                calls[0].id.as_str(),
+                calls[0].name.as_str(),
+                calls[0].arguments.as_str()
+            ),
+            ("call_1", "kanban_block", "{\"reason\":\"stuck\"}")
+        );
+        assert_eq!(calls[1].name, "kanban_heartbeat");
+        let skipping = chunk(serde_json::json!({"tool_calls": [{"index": 5, "id": "x"}]}));
+        assert!(matches!(sse(&skipping), Err(AuxError::Malformed(_))));
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! - `decompose`: prompt, reply parsing, one bounded attempt;
 //! - `auto`: the one automatic step (sync, guards, due cards, attempts) that the gateway tick
 //!   and `kanban decompose --all` share;
-//! - `dispatch`: the gateway's loop, lock and signals; `cli`: one file per verb;
+//! - `worker`: one worker's agent loop on the main model with the kanban tools (`hermes chat`);
+//! - `dispatch`: the gateway's loop, lock and signals, and its workers; `cli`: one file per verb;
 //! - `output`: what leaves the process as text (redacted, escaped).
 //!
 //! Comments cite the contract by section (`contract §7 B5`): `docs/contract.md`.
@@ -22,6 +23,8 @@ pub mod config;
 pub mod core;
 pub mod decompose;
 pub mod dispatch;
+pub mod liveness;
 pub mod output;
 pub mod process;
 pub mod store;
+pub mod worker;

@@ -95,6 +95,50 @@ const TABLE: &[Codes] = &[
         codes: &[(0, "done (or already so)"), (1, "no such card")],
     },
     Codes {
+        path: &["kanban", "dispatch"],
+        codes: &[
+            (0, "the pass ran, whether or not it spawned a worker"),
+            (
+                1,
+                "another dispatcher (a gateway, or another dispatch) holds the board, or the \
+                 board could not be used",
+            ),
+        ],
+    },
+    Codes {
+        path: &["kanban", "unblock"],
+        codes: &[
+            (0, "unblocked"),
+            (
+                1,
+                "no such card, not blocked, or parked by its spawn budget (nothing written)",
+            ),
+        ],
+    },
+    Codes {
+        path: &["chat"],
+        codes: &[
+            (
+                0,
+                "the run's end is recorded (or the run was no longer this worker's)",
+            ),
+            (
+                1,
+                "it could not run: outside a run a gateway started, or the board could not be \
+                 used",
+            ),
+            (
+                75,
+                "the provider rate-limited the worker (the board is paused)",
+            ),
+            (
+                78,
+                "the provider refused the worker for good (the board is paused)",
+            ),
+            (143, "SIGTERM or SIGINT stopped it"),
+        ],
+    },
+    Codes {
         path: &["gateway", "run"],
         codes: &[
             (0, "stopped cleanly (SIGTERM or SIGINT)"),

@@ -12,11 +12,13 @@ use crate::store::{ListFilter, Status};
 #[derive(Debug, Args)]
 #[command(after_help = "\
 One line per card, oldest first: id, status, assignee, title (nothing on stdout when no card \
-matches; a note on stderr says so); a parked card (a triage card \
-whose automatic decompose budget is spent) shows `[parked]` before its title. Parked is not a \
-status: `--parked` lists only those cards, and `hermes kanban unpark ID` gives one a fresh budget.
+matches; a note on stderr says so); a parked card (a triage card whose automatic decompose \
+budget is spent, or a card whose workers' runs spent kanban.failure_limit) shows `[parked]` \
+before its title. Parked is not a status: `--parked` lists only those cards, and `hermes kanban \
+unpark ID` gives one a fresh budget.
 With --json: an array of cards; a card with decompose bookkeeping has a `decompose` object whose \
-`parked` is true once its budget is spent.")]
+`parked` is true once its budget is spent, a card that had workers a `spawn` object (`spawns`, \
+`failures`, `parked`, `next_spawn_at`, `last_error`).")]
 pub struct ListArgs {
     /// Only cards in this status.
     #[arg(
@@ -32,8 +34,9 @@ pub struct ListArgs {
     /// Include archived cards.
     #[arg(long)]
     pub archived: bool,
-    /// Only parked cards: triage cards whose automatic decompose budget is spent
-    /// (`hermes kanban unpark ID` gives one a fresh budget).
+    /// Only parked cards: triage cards whose automatic decompose budget is spent, and cards
+    /// whose workers' runs spent kanban.failure_limit (`hermes kanban unpark ID` gives one a
+    /// fresh budget).
     #[arg(long)]
     pub parked: bool,
 }

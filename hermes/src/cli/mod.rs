@@ -7,10 +7,12 @@
 
 pub mod archive;
 pub mod auto_decompose;
+pub mod chat;
 pub mod check;
 pub mod completions;
 pub mod create;
 pub mod decompose;
+pub mod dispatch;
 pub mod events;
 pub mod exit_status;
 pub mod gateway;
@@ -22,6 +24,7 @@ pub mod render;
 pub mod resume;
 pub mod show;
 pub mod table;
+pub mod unblock;
 pub mod unpark;
 pub mod usage;
 
@@ -72,6 +75,10 @@ pub struct Cli {
     /// HERMES_HOME; default ~/.hermes).
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
+    /// The profile a worker runs as (upstream's `-p`); the gateway passes the card's assignee.
+    /// The board, its config and its key stay the home's whatever the profile.
+    #[arg(short = 'p', long = "profile", global = true, value_name = "NAME")]
+    pub profile: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -86,6 +93,8 @@ pub enum Command {
     /// Run the gateway.
     #[command(subcommand)]
     Gateway(GatewayCommand),
+    /// Run one kanban worker session (the gateway starts these; see `hermes chat --help`).
+    Chat(chat::ChatArgs),
     /// Print a shell completion script.
     #[command(visible_alias = "completion")]
     Completions(completions::CompletionsArgs),
@@ -121,6 +130,11 @@ pub enum KanbanCommand {
     Resume(resume::ResumeArgs),
     /// Switch a card's automatic decomposition on or off.
     AutoDecompose(auto_decompose::AutoDecomposeArgs),
+    /// Spawn workers for ready cards once, under the gateway's bounds (a gateway does it every
+    /// tick).
+    Dispatch(dispatch::DispatchArgs),
+    /// Send a card a worker blocked back to ready (a person's answer).
+    Unblock(unblock::UnblockArgs),
 }
 
 impl Command {
@@ -128,11 +142,14 @@ impl Command {
     /// bounds allow.
     pub fn reads_config(&self) -> bool {
         match self {
-            Command::Gateway(_) => true,
+            Command::Gateway(_) | Command::Chat(_) => true,
             Command::Completions(_) | Command::Man(_) => false,
             Command::Kanban(verb) => matches!(
                 verb,
-                KanbanCommand::Decompose(_) | KanbanCommand::Usage(_) | KanbanCommand::Unpark(_)
+                KanbanCommand::Decompose(_)
+                    | KanbanCommand::Usage(_)
+                    | KanbanCommand::Unpark(_)
+                    | KanbanCommand::Dispatch(_)
             ),
         }
     }
@@ -324,7 +341,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let args = upstream_chat_query(args.into_iter().map(Into::into).collect());
     // Read ahead of clap, so that its own errors and help follow --color and --json too.
     let (color, json) = early_flags(&args);
     output::set_color(color.unwrap_or(anstream::ColorChoice::Auto));
@@ -388,6 +405,35 @@ fn clap_error(e: &clap::Error, args: &[OsString]) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Upstream's worker command line, `hermes [-p NAME] chat -q MESSAGE`, where `-q` is the
+/// message; everywhere else `-q` is `--quiet`. So when the verb is `chat`, a `-q` after it is
+/// read as `--query` (the global flags before it keep their meaning).
+fn upstream_chat_query(mut args: Vec<OsString>) -> Vec<OsString> {
+    const WITH_VALUE: [&str; 4] = ["--home", "-p", "--profile", "--color"];
+    let mut at = 1;
+    while let Some(word) = args.get(at).and_then(|a| a.to_str()) {
+        if WITH_VALUE.contains(&word) {
+            at += 2;
+        } else if word.starts_with('-') {
+            at += 1;
+        } else {
+            break;
+        }
+    }
+    if args.get(at).and_then(|a| a.to_str()) != Some("chat") {
+        return args;
+    }
+    for arg in args.iter_mut().skip(at + 1) {
+        if arg == "--" {
+            break;
+        }
+        if arg == "-q" {
+            *arg = OsString::from("--query");
+        }
+    }
+    args
+}
+
 /// `--color WHEN` and `--json` as given before any `--`, for the errors clap reports before
 /// there is a parsed command line.
 fn early_flags(args: &[OsString]) -> (Option<anstream::ColorChoice>, bool) {
@@ -426,7 +472,7 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
     match &cli.command {
         Command::Completions(a) => return completions::run(a),
         Command::Man(a) => return man::run(a),
-        Command::Kanban(_) | Command::Gateway(_) => {}
+        Command::Kanban(_) | Command::Gateway(_) | Command::Chat(_) => {}
     }
     let home = match &cli.home {
         Some(dir) if dir.as_os_str().is_empty() => {
@@ -493,9 +539,12 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
             KanbanCommand::Unpark(a) => unpark::run(&ctx, a),
             KanbanCommand::Resume(a) => resume::run(&ctx, a),
             KanbanCommand::AutoDecompose(a) => auto_decompose::run(&ctx, a),
+            KanbanCommand::Dispatch(a) => dispatch::run(&ctx, a),
+            KanbanCommand::Unblock(a) => unblock::run(&ctx, a),
         },
         Command::Gateway(GatewayCommand::Run(a)) => gateway::run(&ctx, a),
         Command::Gateway(GatewayCommand::Check(a)) => check::run(&ctx, a),
+        Command::Chat(a) => chat::run(&ctx, a, cli.profile.clone()),
         // Already answered above; answering again is as right.
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),
@@ -648,6 +697,45 @@ mod tests {
             early(&["hermes", "--", "--json", "--color=never"]),
             (None, false)
         );
+    }
+
+    #[test]
+    fn upstreams_chat_dash_q_is_the_message_and_nowhere_else() {
+        let rewrite = |args: &[&str]| -> Vec<String> {
+            upstream_chat_query(args.iter().map(OsString::from).collect())
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect()
+        };
+        assert_eq!(
+            rewrite(&[
+                "hermes",
+                "-p",
+                "coder",
+                "chat",
+                "-q",
+                "work kanban task t_1"
+            ]),
+            [
+                "hermes",
+                "-p",
+                "coder",
+                "chat",
+                "--query",
+                "work kanban task t_1"
+            ]
+        );
+        assert_eq!(
+            rewrite(&["hermes", "--home", "/h", "-q", "chat", "-q", "m"]),
+            ["hermes", "--home", "/h", "-q", "chat", "--query", "m"]
+        );
+        assert_eq!(
+            rewrite(&["hermes", "kanban", "create", "chat", "-q"]),
+            ["hermes", "kanban", "create", "chat", "-q"]
+        );
+        let cli = Cli::try_parse_from(rewrite(&["hermes", "-p", "x", "chat", "-q", "m"])).unwrap();
+        assert_eq!(cli.profile.as_deref(), Some("x"));
+        assert!(matches!(cli.command, Command::Chat(chat::ChatArgs { ref query }) if query == "m"));
     }
 
     #[test]

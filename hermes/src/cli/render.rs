@@ -2,6 +2,7 @@
 
 use serde_json::{json, Value};
 
+use crate::core::SpawnState;
 use crate::store::{DecomposeState, Event, Task};
 
 /// A card as upstream's `--json` prints it, plus our `decompose` object when the card has
@@ -33,7 +34,23 @@ pub fn task_json(task: &Task) -> Value {
     if let (Some(state), Some(obj)) = (&task.decompose, v.as_object_mut()) {
         obj.insert("decompose".into(), decompose_json(state));
     }
+    if let (Some(state), Some(obj)) = (&task.spawn, v.as_object_mut()) {
+        obj.insert("spawn".into(), spawn_json(state));
+    }
     v
+}
+
+/// `{"spawns", "failures", "parked", "next_spawn_at", "last_error"}`: the card's workers
+/// (`failures` counts the runs charged against `kanban.failure_limit`, a run in flight
+/// included); `next_spawn_at` rounded up like `next_attempt_at`.
+pub fn spawn_json(state: &SpawnState) -> Value {
+    json!({
+        "spawns": state.spawns,
+        "failures": state.failures,
+        "parked": state.parked_at_ms.is_some(),
+        "next_spawn_at": state.due_at_ms.map(|ms| ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0)),
+        "last_error": state.last_error,
+    })
 }
 
 /// `{"attempts", "parked", "next_attempt_at", "opt_out", "last_error"}`; `next_attempt_at` is
@@ -78,11 +95,16 @@ pub fn count(n: impl TryInto<u64>, noun: &str) -> String {
     }
 }
 
-/// Whether the card's automatic budget is spent (`kanban unpark` gives it a fresh one).
+/// Whether one of the card's automatic budgets is spent — its decompose attempts, or its
+/// workers' runs (`kanban unpark` gives it a fresh one).
 pub fn is_parked(task: &Task) -> bool {
     task.decompose
         .as_ref()
         .is_some_and(|d| d.parked_at_ms.is_some())
+        || task
+            .spawn
+            .as_ref()
+            .is_some_and(|s| s.parked_at_ms.is_some())
 }
 
 /// What a parked card's text shows before its title in `list`.

@@ -9,9 +9,10 @@ use crate::clock::{now_ms, shown_ms};
 /// Arguments of `kanban resume`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Lifts the board-wide pauses on automatic decompose calls: the one a provider refusal \
-(401/402/403, or 429) set, and the backoff after requests that never reached the provider. The \
-next gateway tick then probes the provider again with one call. The pause's reason, \
+Lifts the board-wide pauses on automatic calls, decompose calls and workers alike: the one a \
+provider refusal (401/402/403, or 429, to either half) set, and the backoff after requests that \
+never reached the provider. The next gateway tick then probes the provider again with one \
+decompose call, and spawns workers again. The pause's reason, \
 who lifted it and when are kept and shown by `kanban usage`. With no pause in force this is a \
 no-op that says so.
 

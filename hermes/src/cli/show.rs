@@ -115,6 +115,9 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
             lines.push(format!("             last error: {}", one_line(err)));
         }
     }
+    if let Some(spawn) = &task.spawn {
+        lines.push(format!("  workers:   {}", spawn_line(&task.id, spawn)));
+    }
     if let Some(claim) = &claim {
         lines.push(format!(
             "  in flight: attempt {} ({}), claimed until at least {}",
@@ -174,4 +177,27 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
     }
     ctx.print(&lines.join("\n"))?;
     Ok(Outcome::Success)
+}
+
+/// A card's workers in one line: its spawns, its failed runs against the limit, and what comes
+/// next (parked, its backoff).
+fn spawn_line(task_id: &str, spawn: &crate::core::SpawnState) -> String {
+    let next = match (spawn.parked_at_ms, spawn.due_at_ms) {
+        (Some(_), _) => format!(
+            "; parked: its failed runs spent kanban.failure_limit (`hermes kanban unpark {task_id}` \
+             gives a fresh budget)"
+        ),
+        (None, Some(due)) => format!("; next worker from {}", shown(round_up_secs(due))),
+        (None, None) => String::new(),
+    };
+    let last = spawn
+        .last_error
+        .as_deref()
+        .map(|e| format!(" (last: {})", one_line(e)))
+        .unwrap_or_default();
+    format!(
+        "{} spawned, {} charged{last}{next}",
+        spawn.spawns,
+        count(spawn.failures, "failed run")
+    )
 }

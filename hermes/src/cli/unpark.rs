@@ -15,6 +15,12 @@ due for the next gateway tick or `decompose --all`, with a `decompose_unparked` 
 Only a triage card whose budget is spent (parked) can be unparked; a card opted out of \
 auto-decompose keeps its opt-out (see `kanban auto-decompose`).
 
+A card parked by its workers (kanban.failure_limit runs ended without completing; it is \
+`blocked`) gets a fresh spawn budget instead: no failed runs, no backoff, back to `ready` (or \
+`todo` while a parent is open), with a `spawn_unparked` event; the gateway spawns a worker for \
+it at its next tick. With --json: {\"task_id\", \"unparked\": true, \"half\": \"spawn\", \
+\"failures_before\", \"status\"}.
+
 A card whose attempt is still in flight is refused until that attempt has ended (its end may park \
 the card again): the refusal says which process holds it and until when, as `kanban decompose ID` \
 does.
@@ -35,6 +41,15 @@ pub fn run(ctx: &Context, args: &UnparkArgs) -> Result<Outcome, CliError> {
     let mut store = ctx.open_store()?;
     super::redate_before_recovery(&mut store)?;
     let by = operator(args.by.as_deref());
+    let parked_by_workers = store
+        .task(&args.id)?
+        .and_then(|task| task.spawn)
+        .is_some_and(|spawn| {
+            spawn.parked_at_ms.is_some() || ctx.config.spawn_rules().budget.spent(spawn.failures)
+        });
+    if parked_by_workers {
+        return unpark_spawns(ctx, &mut store, &args.id, &by);
+    }
     let done = store
         .unpark(&args.id, ctx.config.card_rules().budget, now_ms(), &by)?
         .map_err(anyhow::Error::from)?;
@@ -58,6 +73,36 @@ pub fn run(ctx: &Context, args: &UnparkArgs) -> Result<Outcome, CliError> {
         "Unparked {}: budget reset after {}; {next}",
         done.task_id,
         count(done.attempts_before, "attempt")
+    ))?;
+    Ok(Outcome::Success)
+}
+
+/// Unparks a card its workers' failures parked.
+fn unpark_spawns(
+    ctx: &Context,
+    store: &mut crate::store::Store,
+    id: &str,
+    by: &str,
+) -> Result<Outcome, CliError> {
+    let done = store
+        .unpark_spawns(id, ctx.config.spawn_rules(), by)?
+        .map_err(anyhow::Error::from)?;
+    if ctx.json {
+        ctx.print_json(&json!({
+            "task_id": done.task_id,
+            "unparked": true,
+            "half": "spawn",
+            "failures_before": done.failures_before,
+            "status": done.status,
+        }))?;
+        return Ok(Outcome::Success);
+    }
+    ctx.print(&format!(
+        "Unparked {}: spawn budget reset after {}; {} (a worker is spawned at the gateway's next \
+         tick)",
+        done.task_id,
+        count(done.failures_before, "failed run"),
+        done.status
     ))?;
     Ok(Outcome::Success)
 }

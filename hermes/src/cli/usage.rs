@@ -14,7 +14,8 @@ use crate::store::{CallFilter, LedgerCall, ModelUsage, StoreError, UsageReport};
 /// Arguments of `kanban usage`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Without --calls: per-card calls, tokens and models, board totals by model, the hourly \
+Without --calls: per-card calls, tokens and models, board totals by model and by half (decompose \
+calls and workers' turns, with the workers' runs), the hourly \
 window, any pause in force and the last `kanban resume` (with --json, a `last_resume` object once \
 there has been one). A card's attempts count its current automatic budget only: `kanban unpark` \
 starts a fresh one, and a retried attempt makes more than one call.
@@ -25,7 +26,8 @@ also show an estimated cost (`est. $0.0123`), or `no price` for a model without 
 prices there is no cost at all. A config.yaml that cannot be used is reported as a warning, and \
 the ledger shown with the default settings and no prices (usage bills nothing).
 With --calls: one line per paid call, oldest first (a header row on a terminal): start time \
-(local, or UTC with --utc), card, origin (gateway/sweep/manual), attempt, try, outcome, HTTP \
+(local, or UTC with --utc), card, origin (gateway/sweep/manual, or worker for a worker's turn: \
+then attempt is the run's turn), attempt, try, outcome, HTTP \
 status, prompt+completion tokens, duration, model, and the estimate when prices are configured. \
 With --json, one JSON object per line: \
 {\"id\", \"started_at\", \"task_id\", \"origin\", \"attempt\", \"try\", \"outcome\", \
@@ -145,6 +147,7 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
     if let Some(line) = models_line(&report.totals.models) {
         lines.push(line);
     }
+    lines.extend(halves_line(&report.halves));
     lines.push(format!(
         "last hour: {} of {} allowed ({}kanban.decompose_calls_per_hour{})",
         report.window.calls_last_hour,
@@ -259,6 +262,36 @@ const UNKNOWN_MODEL: &str = "unknown model";
 
 fn model_name(model: Option<&str>) -> String {
     model.map_or_else(|| UNKNOWN_MODEL.to_owned(), one_line)
+}
+
+/// `by half: decompose 3 calls, 812+143 tokens; workers 5 calls, 900+80 tokens in 2 runs
+/// (1 charged to its card, 0 live)`, once a worker has ever run; and the cards its budget
+/// parked.
+fn halves_line(halves: &crate::store::Halves) -> Vec<String> {
+    let (decompose, worker) = (&halves.decompose, &halves.worker);
+    if worker.spawns == 0 && worker.usage.calls == 0 && worker.live == 0 {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "by half: decompose {}, {}+{} tokens; workers {}, {}+{} tokens in {} ({} charged to \
+         its card, {} live)",
+        count(decompose.calls, "call"),
+        decompose.prompt_tokens,
+        decompose.completion_tokens,
+        count(worker.usage.calls, "call"),
+        worker.usage.prompt_tokens,
+        worker.usage.completion_tokens,
+        count(worker.spawns, "run"),
+        worker.charged,
+        worker.live
+    )];
+    if worker.parked_cards > 0 {
+        lines.push(format!(
+            "{} parked by failed worker runs (kanban.failure_limit): `hermes kanban list --parked`",
+            count(worker.parked_cards, "card")
+        ));
+    }
+    lines
 }
 
 /// `by model: m1 2 calls, 812+143 tokens, est. $0.0002; …`, or nothing without calls.
@@ -726,6 +759,7 @@ mod tests {
             unpriced_calls: None,
         };
         let mut report = UsageReport {
+            halves: crate::store::Halves::default(),
             since: None,
             totals: UsageTotals {
                 models: mix,

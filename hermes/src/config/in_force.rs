@@ -82,6 +82,7 @@ impl Config {
             self.model.in_force(),
             self.auxiliary.in_force(),
             self.kanban.in_force(),
+            self.agent.in_force(),
         ];
         values
             .into_iter()
@@ -173,7 +174,7 @@ mod tests {
         assert!(backoff.seconds);
         assert_eq!(find(&all, "kanban.dispatch_interval_seconds").value, 0.5);
         assert_eq!(find(&all, "kanban.max_spawn").value, 4);
-        assert_eq!(find(&bounds(""), "kanban.max_spawn").value, Json::Null);
+        assert_eq!(find(&bounds(""), "kanban.max_spawn").value, 2);
     }
 
     #[test]

@@ -36,6 +36,8 @@ use serde_norway::{Mapping, Value};
 
 use table::{fits, flag, ignored, other, read_setting, seconds, section, text, whole, Setting};
 
+use crate::core::spawn::MAX_FAILURE_LIMIT;
+
 /// Errors from locating the home or reading its configuration files.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -173,6 +175,8 @@ pub struct Config {
     pub auxiliary: AuxiliaryConfig,
     /// `kanban.*`: the dispatcher and the billing bounds.
     pub kanban: KanbanConfig,
+    /// `agent.*`: the worker's agent loop.
+    pub agent: AgentConfig,
     /// What was ignored but looks like a mistake (an unknown key, a setting upstream's rules
     /// make ineffective), in file order; the CLI prints these on stderr, the gateway logs them.
     pub warnings: Vec<ConfigWarning>,
@@ -234,9 +238,31 @@ section! {
         pub dispatch_interval: Duration =
             seconds("kanban.dispatch_interval_seconds", Some(60.0), 0.01, 86_400.0)
                 .meaning("the gateway's tick"),
-        /// Worker spawn limit per tick; spawning is out of scope, the key is only accepted.
-        pub max_spawn: Option<u32> = whole("kanban.max_spawn", "workers", None, 0, 1000)
-            .meaning("accepted for upstream's sake; this gateway spawns no workers"),
+        /// Live workers on the board at once, from every path (S5); `0`: none.
+        pub max_spawn: u32 = whole("kanban.max_spawn", "workers", Some(DEFAULT_MAX_SPAWN), 0, 1000)
+            .meaning(
+                "live workers on the board at once, from every path (`0`: none); re-read every \
+                 tick: a lowered cap stops the newest workers beyond it",
+            ),
+        /// Runs of a card that may end without completing before it is parked (S1).
+        pub failure_limit: u32 = whole("kanban.failure_limit", "runs", Some(2), 0, MAX_FAILURE_LIMIT)
+            .meaning(
+                "worker runs of a card that may end without completing before it is parked (a \
+                 card's own `max_retries` overrides it)",
+            ),
+        /// Wait after a charged run, doubling per failure, capped at an hour (S3).
+        pub spawn_backoff: Duration =
+            seconds("kanban.spawn_backoff_seconds", Some(60.0), 0.0, 3600.0)
+                .ours()
+                .meaning("wait before a card's next worker after a failed run, doubling, capped at 1 h"),
+        /// How long a worker may run before it is stopped and its run charged as timed out.
+        pub worker_max_runtime: Duration =
+            seconds("kanban.worker_max_runtime_seconds", Some(1800.0), 1.0, 86_400.0)
+                .ours()
+                .meaning(
+                    "a worker running longer is stopped and its run charged as `timed_out` (a \
+                     card's own `max_runtime_seconds` overrides it)",
+                ),
         /// Master switch for automatic decomposition (re-read every tick).
         pub auto_decompose: bool = flag("kanban.auto_decompose", true)
             .meaning("re-read every tick: `false` stops paid calls from the next tick on"),
@@ -274,12 +300,18 @@ section! {
         pub decompose_calls_per_hour: u32 =
             whole("kanban.decompose_calls_per_hour", "calls", Some(120), 0, 100_000)
                 .ours()
-                .meaning("board-wide ceiling on paid calls in any rolling hour"),
+                .meaning(
+                    "board-wide ceiling on paid calls in any rolling hour, decompose calls and \
+                     worker requests alike",
+                ),
         /// Board-wide pause after 401/402/403 from the provider.
         pub provider_cooldown: Duration =
             seconds("kanban.provider_cooldown_seconds", Some(900.0), 1.0, 86_400.0)
                 .ours()
-                .meaning("board-wide pause after 401/402/403"),
+                .meaning(
+                    "board-wide pause of every automatic call (decompose and workers) after \
+                     401/402/403",
+                ),
         /// `kanban.prices`: USD per million tokens by model, for `kanban usage`'s estimates. Empty
         /// when none are configured (then no cost is shown at all).
         pub prices: Prices = other(PRICES_KEY, "a mapping of model name to `{input, output}`")
@@ -290,7 +322,6 @@ section! {
     // config written for upstream loads without a warning for each.
     also: [
         ignored("kanban.auto_subscribe_on_create"),
-        ignored("kanban.failure_limit"),
         ignored("kanban.worker_log_rotate_bytes"),
         ignored("kanban.worker_log_backup_count"),
         ignored("kanban.max_in_progress_per_profile"),
@@ -299,6 +330,26 @@ section! {
         ignored("kanban.diagnostics"),
     ]
 }
+
+section! {
+    /// `agent.*`: the worker's agent loop.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AgentConfig {
+        /// Paid turns one worker run may take (S1: a spawn's requests stay within it, plus the
+        /// retries inside each turn).
+        pub max_turns: u32 = whole("agent.max_turns", "turns", Some(DEFAULT_MAX_TURNS), 1, 1000)
+            .meaning("turns one worker run may take (each one paid request, plus its retries)"),
+    }
+}
+
+/// Live workers per board when `kanban.max_spawn` is unset: a paid session each, so a board
+/// nobody configured runs two at once (upstream's own memory-derived default starts at two).
+pub const DEFAULT_MAX_SPAWN: u32 = 2;
+
+/// Turns per worker run when `agent.max_turns` is unset: a third of upstream's 90, since the
+/// reference worker's only tools are the six kanban tools, and a session that needs more turns
+/// than this to reach a terminal call is looping.
+pub const DEFAULT_MAX_TURNS: u32 = 30;
 
 /// `auxiliary.timeout_seconds`, named where the decomposer's own `timeout` is weighed against it.
 const REQUEST_TIMEOUT: KeySpec = seconds("auxiliary.timeout_seconds", Some(120.0), 0.01, 3600.0)
@@ -494,6 +545,17 @@ impl Config {
         }
     }
 
+    /// The rules every card's spawns follow under this configuration (S1, S3): its budget
+    /// (`kanban.failure_limit`) and its backoff after a charged run
+    /// (`kanban.spawn_backoff_seconds`). A card's own `max_retries` is applied on top
+    /// ([`crate::core::SpawnRules::for_card`]).
+    pub fn spawn_rules(&self) -> crate::core::SpawnRules {
+        crate::core::SpawnRules {
+            budget: crate::core::SpawnBudget::new(self.kanban.failure_limit),
+            backoff: crate::core::Backoff::new(self.kanban.spawn_backoff),
+        }
+    }
+
     /// Reads `<home>/config.yaml` (see [`read_config_file`]); a missing file means all
     /// defaults.
     pub fn load(home: &Home) -> Result<Config, ConfigError> {
@@ -528,10 +590,12 @@ impl Config {
         let model = reader.model(top)?;
         let auxiliary = reader.auxiliary(top)?;
         let kanban = reader.kanban(top)?;
+        let agent = reader.agent(top)?;
         Ok(Config {
             model,
             auxiliary,
             kanban,
+            agent,
             warnings: reader.warnings.into_inner(),
         })
     }
@@ -637,6 +701,11 @@ impl Reader<'_> {
         let s = self.section(top, "kanban")?;
         keys::check_kanban(self, &s);
         KanbanConfig::read(self, &s)
+    }
+
+    fn agent(&self, top: &Mapping) -> Result<AgentConfig, ConfigError> {
+        let s = self.section(top, "agent")?;
+        AgentConfig::read(self, &s)
     }
 
     /// A string; blank means unset.

@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use super::{
-    decomposer, AuxiliaryConfig, Beyond, ConfigError, DecomposerConfig, KanbanConfig, ModelConfig,
-    NumericKey, Prices, Reader, Section, Unit,
+    decomposer, AgentConfig, AuxiliaryConfig, Beyond, ConfigError, DecomposerConfig, KanbanConfig,
+    ModelConfig, NumericKey, Prices, Reader, Section, Unit,
 };
 
 /// One key of `config.yaml`.
@@ -478,11 +478,12 @@ macro_rules! section {
 pub(super) use section;
 
 /// The sections' rows, in the order they are read (and documented).
-const SECTIONS: [&[KeySpec]; 4] = [
+const SECTIONS: [&[KeySpec]; 5] = [
     ModelConfig::KEYS,
     AuxiliaryConfig::KEYS,
     decomposer::KEYS,
     KanbanConfig::KEYS,
+    AgentConfig::KEYS,
 ];
 
 /// Every key of `config.yaml` that hermes or upstream hermes-agent reads under the sections
@@ -697,6 +698,7 @@ mod tests {
             ("auxiliary", AuxiliaryConfig::KEYS),
             ("auxiliary.kanban_decomposer", decomposer::KEYS),
             ("kanban", KanbanConfig::KEYS),
+            ("agent", AgentConfig::KEYS),
         ] {
             for row in rows {
                 assert_eq!(
@@ -753,10 +755,11 @@ mod tests {
             "| `kanban.dispatch_interval_seconds` | seconds | 60 | 0.01–86400 s | reads it too |",
             "| `kanban.decompose_calls_per_hour` | a whole number of calls | 120 | 0–100000 | — |",
             "| `kanban.orchestrator_profile` | a string | `default` |  | reads it too |",
-            "| `kanban.max_spawn` | a whole number of workers | — | 0–1000 | reads it too |",
+            "| `kanban.max_spawn` | a whole number of workers | 2 | 0–1000 | reads it too |",
+            "| `kanban.failure_limit` | a whole number of runs | 2 | 0–100 | reads it too |",
+            "| `agent.max_turns` | a whole number of turns | 30 | 1–1000 | reads it too |",
         ] {
             assert!(table.contains(line), "{line}\nnot in\n{table}");
         }
-        assert!(table.contains("`kanban.failure_limit`"), "{table}");
     }
 }

@@ -38,7 +38,10 @@ fn defaults_match_the_spec() {
     let k = c.kanban;
     assert!(k.dispatch_in_gateway);
     assert_eq!(k.dispatch_interval, Duration::from_secs(60));
-    assert_eq!(k.max_spawn, None);
+    assert_eq!(k.max_spawn, 2);
+    assert_eq!(k.failure_limit, 2);
+    assert_eq!(k.spawn_backoff, Duration::from_secs(60));
+    assert_eq!(k.worker_max_runtime, Duration::from_secs(1800));
     assert!(k.auto_decompose);
     assert_eq!(k.auto_decompose_per_tick, 3);
     assert_eq!(k.orchestrator_profile, "default");
@@ -49,6 +52,7 @@ fn defaults_match_the_spec() {
     assert_eq!(k.decompose_max_children, 8);
     assert_eq!(k.decompose_calls_per_hour, 120);
     assert_eq!(k.provider_cooldown, Duration::from_secs(900));
+    assert_eq!(c.agent.max_turns, 30);
 }
 
 #[test]
@@ -60,7 +64,8 @@ fn every_key_is_read() {
          \x20 auto_decompose: false\n  auto_decompose_per_tick: 10\n  orchestrator_profile: boss\n\
          \x20 default_assignee: worker\n  auto_promote_children: false\n  decompose_max_attempts: 5\n\
          \x20 decompose_backoff_seconds: 0\n  decompose_max_children: 4\n  decompose_calls_per_hour: 9\n\
-         \x20 provider_cooldown_seconds: 30\n",
+         \x20 provider_cooldown_seconds: 30\n  failure_limit: 4\n  spawn_backoff_seconds: 0.5\n\
+         \x20 worker_max_runtime_seconds: 90\nagent:\n  max_turns: 12\n",
     )
     .unwrap();
     assert_eq!(c.model.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
@@ -77,7 +82,11 @@ fn every_key_is_read() {
     let k = c.kanban;
     assert!(!k.dispatch_in_gateway);
     assert_eq!(k.dispatch_interval, Duration::from_millis(250));
-    assert_eq!(k.max_spawn, Some(0));
+    assert_eq!(k.max_spawn, 0);
+    assert_eq!(k.failure_limit, 4);
+    assert_eq!(k.spawn_backoff, Duration::from_millis(500));
+    assert_eq!(k.worker_max_runtime, Duration::from_secs(90));
+    assert_eq!(c.agent.max_turns, 12);
     assert!(!k.auto_decompose);
     assert_eq!(k.auto_decompose_per_tick, 10);
     assert_eq!(k.orchestrator_profile, "boss");
@@ -264,7 +273,11 @@ fn read_back(config: &Config, spec: &NumericKey) -> f64 {
             .expect("timeout was set")
             .as_secs_f64(),
         "kanban.dispatch_interval_seconds" => k.dispatch_interval.as_secs_f64(),
-        "kanban.max_spawn" => f64::from(k.max_spawn.expect("max_spawn was set")),
+        "kanban.max_spawn" => f64::from(k.max_spawn),
+        "kanban.failure_limit" => f64::from(k.failure_limit),
+        "kanban.spawn_backoff_seconds" => k.spawn_backoff.as_secs_f64(),
+        "kanban.worker_max_runtime_seconds" => k.worker_max_runtime.as_secs_f64(),
+        "agent.max_turns" => f64::from(config.agent.max_turns),
         "kanban.auto_decompose_per_tick" => f64::from(k.auto_decompose_per_tick),
         "kanban.decompose_max_attempts" => f64::from(k.decompose_max_attempts),
         "kanban.decompose_backoff_seconds" => k.decompose_backoff.as_secs_f64(),
@@ -328,12 +341,16 @@ fn the_documented_ranges() {
             "auxiliary.kanban_decomposer.timeout: expected a number of seconds from 0.01 to 3600",
             "kanban.dispatch_interval_seconds: expected a number of seconds from 0.01 to 86400",
             "kanban.max_spawn: expected a whole number of workers from 0 to 1000",
+            "kanban.failure_limit: expected a whole number of runs from 0 to 100",
+            "kanban.spawn_backoff_seconds: expected a number of seconds from 0 to 3600",
+            "kanban.worker_max_runtime_seconds: expected a number of seconds from 1 to 86400",
             "kanban.auto_decompose_per_tick: expected a whole number of cards from 1 to 1000",
             "kanban.decompose_max_attempts: expected a whole number of attempts from 0 to 100",
             "kanban.decompose_backoff_seconds: expected a number of seconds from 0 to 3600",
             "kanban.decompose_max_children: expected a whole number of children from 1 to 100",
             "kanban.decompose_calls_per_hour: expected a whole number of calls from 0 to 100000",
             "kanban.provider_cooldown_seconds: expected a number of seconds from 1 to 86400",
+            "agent.max_turns: expected a whole number of turns from 1 to 1000",
         ]
     );
 }

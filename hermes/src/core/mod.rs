@@ -7,7 +7,9 @@
 //! ([`CardBudget`]), how long one attempt may go on and so how long it claims its card
 //! ([`AttemptBudget`]), how one attempt ended ([`AttemptOutcome`]) and how each of its requests
 //! did ([`LedgerOutcome`]); and the one state machine every change to a card's attempts,
-//! schedule and park goes through ([`CardRules`], in [`card`]).
+//! schedule and park goes through ([`CardRules`], in [`card`]); and its twin for workers, every
+//! change to a card's spawn budget, backoff and park and where a run's end sends the card
+//! ([`SpawnRules`], in [`spawn`]).
 
 pub mod backoff;
 pub mod budget;
@@ -19,6 +21,7 @@ pub mod outcome;
 pub mod plan;
 pub mod redact;
 pub mod refusal;
+pub mod spawn;
 pub mod text;
 pub mod time;
 
@@ -32,6 +35,10 @@ pub use fault::{
     UNREACHABLE_MIN_PAUSE,
 };
 pub use origin::Origin;
-pub use outcome::{Applied, AttemptOutcome, LedgerOutcome};
+pub use outcome::{Applied, AttemptOutcome, Half, LedgerOutcome};
 pub use plan::{ChildSpec, Plan};
 pub use refusal::{ceiling_reached, BeginRefusal};
+pub use spawn::{
+    BlockKind, CardMove, RunOutcome, SpawnBudget, SpawnRefusal, SpawnRules, SpawnState,
+    EXIT_PROVIDER_REFUSED, EXIT_RATE_LIMITED,
+};

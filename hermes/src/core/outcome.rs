@@ -90,6 +90,28 @@ impl std::fmt::Display for LedgerOutcome {
     }
 }
 
+/// Which half of the board's spend a ledger row belongs to (`hermes_aux_ledger.purpose`): a
+/// decompose call, or one turn of a worker. Both halves share the board's pause and hourly
+/// ceiling (one provider key, one pause, one ceiling, whichever half spends); `kanban usage`
+/// shows them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Half {
+    Decompose,
+    Worker,
+}
+
+impl Half {
+    pub const ALL: [Half; 2] = [Half::Decompose, Half::Worker];
+
+    /// The value in the ledger's `purpose` column.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Half::Decompose => "decompose",
+            Half::Worker => "worker",
+        }
+    }
+}
+
 /// What an applied reply did to the board.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {

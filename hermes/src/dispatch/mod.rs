@@ -11,6 +11,7 @@
 
 mod lock;
 mod notice;
+pub mod spawn;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub use lock::{
 };
 pub(crate) use lock::{may_access, may_create};
 use notice::Notice;
+use spawn::Workers;
 
 use crate::auto::{self, Picked};
 use crate::config::{Config, ConfigError, ConfigStamp, Home, WarningLog};
@@ -77,6 +79,10 @@ const REDATE_EVERY: Duration = Duration::from_secs(60);
 const _: () = assert!(
     SHUTDOWN_GRACE.as_millis() + CONFIG_READ_TIMEOUT.as_millis() + EXIT_CHECKPOINT_WAIT.as_millis()
         < 5_000
+);
+// Workers are stopped beside the attempts in flight, within the same grace (S7).
+const _: () = assert!(
+    spawn::STOP_GRACE.as_millis() + spawn::KILL_WAIT.as_millis() <= SHUTDOWN_GRACE.as_millis()
 );
 
 /// Why the gateway could not run.
@@ -179,6 +185,10 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
         ),
     }
 
+    if dispatching {
+        spawn::announce(&config);
+    }
+
     let Some(setup) = setup else {
         tokio::select! {
             _ = sigterm.recv() => {}
@@ -220,12 +230,20 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
     // aborted; each records its end (the attempt was counted before its request left) and none
     // can leave half a graph, since a graph is written in one transaction or not at all.
     let _ = shutdown_tx.send(true);
-    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while let Some(joined) = dispatcher.in_flight.join_next_with_id().await {
-            dispatcher.finished(joined).await;
-        }
-    })
-    .await;
+    // Workers stop beside the attempts: their runs closed `interrupted`, their groups ended.
+    let mut workers = std::mem::replace(
+        &mut dispatcher.workers,
+        Workers::new(dispatcher.home.clone()),
+    );
+    let (board, config) = (dispatcher.board.clone(), dispatcher.config.clone());
+    let (drained, _) = tokio::join!(
+        tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while let Some(joined) = dispatcher.in_flight.join_next_with_id().await {
+                dispatcher.finished(joined).await;
+            }
+        }),
+        workers.stop_all(&board, &config)
+    );
     if drained.is_err() {
         warn!(
             left = dispatcher.in_flight.len(),
@@ -307,6 +325,8 @@ struct Dispatcher {
     wal_files_notice: Notice,
     /// When rows dated in the future were last looked for (`None`: not yet).
     redate_checked: Option<Instant>,
+    /// The workers this gateway started or adopted (the spawn half).
+    workers: Workers,
     /// The parks this gateway has warned about, by card and the attempt that spent the budget:
     /// a park whose record was lost (a `kanban.db-wal` deleted before the commit reached
     /// `kanban.db`) is written again by recovery, and is still one park to the operator.
@@ -357,6 +377,7 @@ impl Dispatcher {
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         let db_path = home.db_path();
+        let workers = Workers::new(home.clone());
         let mut dispatcher = Self {
             home,
             config,
@@ -386,6 +407,7 @@ impl Dispatcher {
             end_notice: Notice::default(),
             wal_files_notice: Notice::default(),
             redate_checked: None,
+            workers,
             announced_parks: HashSet::new(),
         };
         // The start-up warnings were logged with the gateway's first lines.
@@ -642,6 +664,8 @@ impl Dispatcher {
             return;
         }
         self.recover().await;
+        // The spawn half, beside auto-decompose and apart from its switch: `max_spawn` is its.
+        self.workers.tick(&self.board, &self.config).await;
         let kanban = &self.config.kanban;
         if !kanban.auto_decompose {
             self.switch_notice

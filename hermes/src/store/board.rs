@@ -93,7 +93,7 @@ pub(crate) fn add_event(
     add_event_in_run(tx, task_id, None, kind, payload)
 }
 
-fn add_event_in_run(
+pub(crate) fn add_event_in_run(
     tx: &Transaction<'_>,
     task_id: &str,
     run_id: Option<i64>,
@@ -404,8 +404,11 @@ const TASK_SELECT: &str = "SELECT t.id, t.title, t.body, t.assignee, t.status, t
      t.workflow_template_id, t.current_step_key, t.block_kind, \
      d.task_id AS d_task_id, d.attempts AS d_attempts, d.last_attempt_at_ms AS d_last_attempt_at_ms, \
      d.last_error AS d_last_error, d.due_at_ms AS d_due_at_ms, d.parked_at_ms AS d_parked_at_ms, \
-     d.opt_out AS d_opt_out \
-     FROM tasks t LEFT JOIN hermes_decompose_state d ON d.task_id = t.id";
+     d.opt_out AS d_opt_out, \
+     s.task_id AS s_task_id, s.spawns AS s_spawns, s.failures AS s_failures, \
+     s.due_at_ms AS s_due_at_ms, s.parked_at_ms AS s_parked_at_ms, s.last_error AS s_last_error \
+     FROM tasks t LEFT JOIN hermes_decompose_state d ON d.task_id = t.id \
+     LEFT JOIN hermes_spawn_state s ON s.task_id = t.id";
 
 /// A card's text column as it would be sent to the provider, or why it cannot be: text that
 /// is not valid UTF-8, or a BLOB, could only be sent mangled.
@@ -462,6 +465,16 @@ fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
         // Our own columns, read leniently: another tool's odd cell shows as unknown.
         Some(_) => Some(state_cells(r)?),
     };
+    let spawn = match r.get::<_, Option<String>>("s_task_id")? {
+        None => None,
+        Some(_) => Some(crate::core::SpawnState {
+            spawns: lenient::count_u32(r, "s_spawns")?.unwrap_or(0),
+            failures: lenient::count_u32(r, "s_failures")?.unwrap_or(0),
+            due_at_ms: lenient::int(r, "s_due_at_ms")?,
+            parked_at_ms: lenient::int(r, "s_parked_at_ms")?,
+            last_error: lenient::text(r, "s_last_error")?,
+        }),
+    };
     Ok(RawTask {
         status: lenient::text(r, "status")?.unwrap_or_default(),
         task: Task {
@@ -489,6 +502,7 @@ fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
             current_step_key: lenient::text(r, "current_step_key")?,
             block_kind: lenient::text(r, "block_kind")?,
             decompose,
+            spawn,
         },
     })
 }

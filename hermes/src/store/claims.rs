@@ -26,7 +26,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use super::decompose::{read_state, write_step};
 use super::{lenient, SqlResultExt, Store, StoreError};
 use crate::core::card::{Abandoned, Abandonment};
-use crate::core::{CardBudget, CardRules, LedgerOutcome, Origin};
+use crate::core::{CardBudget, CardRules, Half, LedgerOutcome, Origin};
 use crate::process;
 
 /// One claim row.
@@ -201,8 +201,8 @@ fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claim> {
     })
 }
 
-/// A fresh fencing token for an attempt's claim.
-pub(crate) fn new_lease() -> Result<String, StoreError> {
+/// A fresh random token: an attempt's or a run's lease, a worker's lock file name.
+pub fn new_lease() -> Result<String, StoreError> {
     let high = getrandom::u32().map_err(StoreError::Entropy)?;
     let low = getrandom::u32().map_err(StoreError::Entropy)?;
     Ok(format!("{high:08x}{low:08x}"))
@@ -322,14 +322,15 @@ pub(crate) fn abandon(
     let closed = tx
         .execute(
             "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, detail = ?5
-             WHERE task_id = ?1 AND attempt = ?2 AND outcome = ?6",
+             WHERE task_id = ?1 AND attempt = ?2 AND outcome = ?6 AND purpose = ?7",
             params![
                 claim.task_id,
                 claim.attempt,
                 LedgerOutcome::Unknown.as_str(),
                 now_ms,
                 detail,
-                LedgerOutcome::InFlight.as_str()
+                LedgerOutcome::InFlight.as_str(),
+                Half::Decompose.as_str()
             ],
         )
         .sql("closing the abandoned attempt's ledger rows")?;
@@ -337,11 +338,12 @@ pub(crate) fn abandon(
     let sent: i64 = tx
         .query_row(
             "SELECT COUNT(*) FROM hermes_aux_ledger
-             WHERE task_id = ?1 AND attempt = ?2 AND outcome != ?3",
+             WHERE task_id = ?1 AND attempt = ?2 AND outcome != ?3 AND purpose = ?4",
             params![
                 claim.task_id,
                 claim.attempt,
-                LedgerOutcome::Unreachable.as_str()
+                LedgerOutcome::Unreachable.as_str(),
+                Half::Decompose.as_str()
             ],
             |r| r.get(0),
         )
@@ -397,10 +399,10 @@ pub(crate) fn abandon(
 
 fn unclaimed_rows(conn: &Connection) -> Result<i64, StoreError> {
     conn.query_row(
-        "SELECT COUNT(*) FROM hermes_aux_ledger l WHERE l.outcome = ?1
+        "SELECT COUNT(*) FROM hermes_aux_ledger l WHERE l.outcome = ?1 AND l.purpose = ?2
            AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                            WHERE c.task_id = l.task_id AND c.attempt = l.attempt)",
-        [LedgerOutcome::InFlight.as_str()],
+        params![LedgerOutcome::InFlight.as_str(), Half::Decompose.as_str()],
         |r| r.get(0),
     )
     .sql("looking for ledger rows left in flight")
@@ -410,14 +412,15 @@ fn close_unclaimed_rows(tx: &Transaction<'_>, now_ms: i64) -> Result<usize, Stor
     tx.execute(
         "UPDATE hermes_aux_ledger SET outcome = ?1, ended_at_ms = ?2,
              detail = 'left in flight by a process that ended before recording how it went; it may have been billed'
-         WHERE outcome = ?3
+         WHERE outcome = ?3 AND purpose = ?4
            AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                            WHERE c.task_id = hermes_aux_ledger.task_id
                              AND c.attempt = hermes_aux_ledger.attempt)",
         params![
             LedgerOutcome::Unknown.as_str(),
             now_ms,
-            LedgerOutcome::InFlight.as_str()
+            LedgerOutcome::InFlight.as_str(),
+            Half::Decompose.as_str()
         ],
     )
     .sql("closing ledger rows left in flight")

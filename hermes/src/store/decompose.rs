@@ -132,6 +132,30 @@ pub struct UnreachableRecord {
     pub backoff_base: Duration,
 }
 
+/// Records the board-wide pause for a provider that could not be reached, inside the caller's
+/// transaction: it grows with every request in a row that never reached it, whichever half sent
+/// them (B5, S4).
+pub(super) fn pause_unreachable(
+    tx: &Transaction<'_>,
+    unreachable: &UnreachableRecord,
+    now_ms: i64,
+) -> Result<UnreachablePause, StoreError> {
+    let streak = unreachable_streak(tx, STREAK_LOOKBACK)?.max(1);
+    let lasts = unreachable_pause(unreachable.backoff_base, streak);
+    let until_ms = after(now_ms, lasts);
+    let reason = format!(
+        "provider unreachable ({streak} request(s) in a row never reached it): {}",
+        unreachable.reason
+    );
+    set_unreachable_pause(tx, until_ms, &reason, now_ms)?;
+    Ok(UnreachablePause {
+        until_ms,
+        lasts,
+        streak,
+        reason: unreachable.reason.clone(),
+    })
+}
+
 /// How far back the unreachable streak is counted; the pause is capped long before.
 const STREAK_LOOKBACK: u32 = 64;
 
@@ -215,20 +239,8 @@ impl Store {
             let Some(unreachable) = &record.unreachable else {
                 return Ok(NothingSentRecorded::GivenBack(None));
             };
-            let streak = unreachable_streak(tx, STREAK_LOOKBACK)?.max(1);
-            let lasts = unreachable_pause(unreachable.backoff_base, streak);
-            let until_ms = after(record.now_ms, lasts);
-            let reason = format!(
-                "provider unreachable ({streak} request(s) in a row never reached it): {}",
-                unreachable.reason
-            );
-            set_unreachable_pause(tx, until_ms, &reason, record.now_ms)?;
-            Ok(NothingSentRecorded::GivenBack(Some(UnreachablePause {
-                until_ms,
-                lasts,
-                streak,
-                reason: unreachable.reason.clone(),
-            })))
+            let pause = pause_unreachable(tx, unreachable, record.now_ms)?;
+            Ok(NothingSentRecorded::GivenBack(Some(pause)))
         })
     }
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::claims::claim_is_ours;
 use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
 use super::{lenient, SqlResultExt, Store, StoreError};
-use crate::core::{BeginRefusal, LedgerOutcome, Origin};
+use crate::core::{BeginRefusal, Half, LedgerOutcome, Origin};
 
 /// A ledger row about to be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +63,9 @@ pub struct UsageReport {
     /// Unix seconds the report starts from, if limited.
     pub since: Option<i64>,
     pub totals: UsageTotals,
+    /// The same calls split by half: decompose calls and workers' turns (which share the
+    /// pause and the ceiling), with the workers' runs.
+    pub halves: Halves,
     pub window: UsageWindow,
     pub pause: Option<UsagePause>,
     /// The pause in force because the provider could not be reached (present only then).
@@ -113,6 +116,36 @@ pub struct ModelUsage {
     #[allow(clippy::option_option)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub estimated_cost_usd: Option<Option<f64>>,
+}
+
+/// Calls and tokens of one half, over the report's period (`calls` as in [`UsageTotals`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HalfUsage {
+    pub calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// The workers' half: its calls, and the runs they belong to (S9).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WorkerUsage {
+    #[serde(flatten)]
+    pub usage: HalfUsage,
+    /// Workers spawned over the period.
+    pub spawns: u64,
+    /// Those whose runs ended without completing and were charged to their card.
+    pub charged: u64,
+    /// Workers that may still be running now.
+    pub live: u64,
+    /// Cards parked by their spawn budget now.
+    pub parked_cards: u64,
+}
+
+/// Both halves of the board's spend.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Halves {
+    pub decompose: HalfUsage,
+    pub worker: WorkerUsage,
 }
 
 /// The hourly ceiling's state now.
@@ -184,7 +217,7 @@ impl Store {
             tx.execute(
                 "INSERT INTO hermes_aux_ledger
                      (task_id, purpose, origin, attempt, try, started_at_ms, outcome, model)
-                 VALUES (?1, 'decompose', ?2, ?3, ?4, ?5, ?6, ?7)",
+                 VALUES (?1, ?8, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     open.task_id,
                     open.origin.as_str(),
@@ -192,7 +225,8 @@ impl Store {
                     open.try_no,
                     open.started_at_ms,
                     LedgerOutcome::InFlight.as_str(),
-                    open.model
+                    open.model,
+                    Half::Decompose.as_str()
                 ],
             )
             .sql("opening a ledger row")?;
@@ -278,8 +312,8 @@ impl Store {
                         failed: count(r.get(5)?),
                         unknown: count(r.get(13)?),
                         unreachable: count(r.get(14)?),
-                        prompt_tokens: halves(r.get(6)?, r.get(7)?),
-                        completion_tokens: halves(r.get(8)?, r.get(9)?),
+                        prompt_tokens: halves_sum(r.get(6)?, r.get(7)?),
+                        completion_tokens: halves_sum(r.get(8)?, r.get(9)?),
                         attempts: lenient::count_u32(r, 10)?.unwrap_or(0),
                         parked: r.get(11)?,
                         last_call_at: lenient::int(r, 12)?.map(|ms| ms as f64 / 1000.0),
@@ -314,8 +348,8 @@ impl Store {
                         ModelUsage {
                             model: lenient::text(r, 1)?,
                             calls: count(r.get(2)?),
-                            prompt_tokens: halves(r.get(3)?, r.get(4)?),
-                            completion_tokens: halves(r.get(5)?, r.get(6)?),
+                            prompt_tokens: halves_sum(r.get(3)?, r.get(4)?),
+                            completion_tokens: halves_sum(r.get(5)?, r.get(6)?),
                             estimated_cost_usd: None,
                         },
                     ))
@@ -364,6 +398,7 @@ impl Store {
             let unreachable = in_force(unreachable_pause(conn)?);
             Ok(UsageReport {
                 since: since_ms.map(|ms| ms.div_euclid(1000)),
+                halves: halves(conn, since)?,
                 totals,
                 window: UsageWindow {
                     calls_last_hour: calls_since(conn, now_ms.saturating_sub(HOUR_MS))?,
@@ -375,6 +410,56 @@ impl Store {
             })
         })
     }
+}
+
+/// Both halves of the spend since `since` (see [`Halves`]).
+fn halves(conn: &rusqlite::Connection, since: i64) -> Result<Halves, StoreError> {
+    let half = |purpose: Half| -> Result<HalfUsage, StoreError> {
+        conn.query_row(
+            // Token sums in two halves, as the usage query does.
+            "SELECT SUM(outcome != ?3),
+                    SUM(MAX(COALESCE(CAST(prompt_tokens AS INTEGER), 0), 0) >> 32),
+                    SUM(MAX(COALESCE(CAST(prompt_tokens AS INTEGER), 0), 0) & 4294967295),
+                    SUM(MAX(COALESCE(CAST(completion_tokens AS INTEGER), 0), 0) >> 32),
+                    SUM(MAX(COALESCE(CAST(completion_tokens AS INTEGER), 0), 0) & 4294967295)
+             FROM hermes_aux_ledger WHERE purpose = ?1 AND started_at_ms >= ?2",
+            params![purpose.as_str(), since, LedgerOutcome::Unreachable.as_str()],
+            |r| {
+                Ok(HalfUsage {
+                    calls: count(r.get(0)?),
+                    prompt_tokens: halves_sum(r.get(1)?, r.get(2)?),
+                    completion_tokens: halves_sum(r.get(3)?, r.get(4)?),
+                })
+            },
+        )
+        .sql("reading the ledger's halves")
+    };
+    let (spawns, charged, live): (Option<i64>, Option<i64>, Option<i64>) = conn
+        .query_row(
+            "SELECT COUNT(*), SUM(charged = 1),
+                    (SELECT COUNT(*) FROM hermes_spawn_ledger WHERE exited_at_ms IS NULL)
+             FROM hermes_spawn_ledger WHERE started_at_ms >= ?1",
+            [since],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .sql("reading the spawn ledger")?;
+    let parked: Option<i64> = conn
+        .query_row(
+            "SELECT COUNT(*) FROM hermes_spawn_state WHERE parked_at_ms IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .sql("reading the spawn ledger")?;
+    Ok(Halves {
+        decompose: half(Half::Decompose)?,
+        worker: WorkerUsage {
+            usage: half(Half::Worker)?,
+            spawns: count(spawns),
+            charged: count(charged),
+            live: count(live),
+            parked_cards: count(parked),
+        },
+    })
 }
 
 /// A count SQLite summed (NULL for no rows), as a count.
@@ -392,7 +477,7 @@ fn saturating_i64(n: u64) -> i64 {
 }
 
 /// A token sum from its two halves (see the usage query), saturated at [`MAX_TOKENS`].
-fn halves(high: Option<i64>, low: Option<i64>) -> u64 {
+fn halves_sum(high: Option<i64>, low: Option<i64>) -> u64 {
     let sum = (i128::from(high.unwrap_or(0)) << 32) + i128::from(low.unwrap_or(0));
     u64::try_from(sum.clamp(0, i128::from(MAX_TOKENS))).unwrap_or(MAX_TOKENS)
 }

@@ -20,9 +20,11 @@ mod lenient;
 mod pyjson;
 mod recovery;
 mod redate;
+mod runs;
 pub(crate) mod schema;
 #[cfg(test)]
 mod tests;
+mod worker;
 
 use std::fmt;
 use std::fs;
@@ -37,7 +39,7 @@ use serde_json::Value;
 pub use crate::clock::now_ms;
 pub use crate::core::{BeginRefusal, Origin};
 pub use census::{census, Census, TriageCensus};
-pub use claims::{Claim, ClaimState, ParkedCard, Recovered};
+pub use claims::{new_lease, Claim, ClaimState, ParkedCard, Recovered};
 pub use decompose::{
     ApplyOptions, ApplyResult, AttemptTicket, BeginPolicy, FailureRecord, NothingSentRecord,
     NothingSentRecorded, PauseRecord, SetAside, UnreachableRecord, HUMAN_BLOCK_KINDS,
@@ -46,14 +48,21 @@ pub use files::{BoardFiles, BoardPart, FileChange, FileId};
 pub use guards::{AutoGate, Pause, HOUR_MS};
 pub use handle::{BoardError, BoardFile, BoardHandle};
 pub use ledger::{
-    CardUsage, LedgerClose, LedgerOpen, ModelUsage, UsagePause, UsageReport, UsageTotals,
-    UsageWindow,
+    CardUsage, HalfUsage, Halves, LedgerClose, LedgerOpen, ModelUsage, UsagePause, UsageReport,
+    UsageTotals, UsageWindow, WorkerUsage,
 };
 pub use recovery::{
     AutoDecomposeSwitch, CallFilter, ClearedPause, LedgerCall, ResumeRecord, UnparkRefusal,
     Unparked,
 };
 pub use redate::{Redated, CLOCK_SKEW};
+pub use runs::{
+    ClaimRefusal, Closed, Gone, LiveSpawn, RunClose, RunTicket, SpawnPolicy, MAX_RUNTIME,
+};
+pub use worker::{
+    SpawnUnparkRefusal, SpawnUnparked, UnblockRefusal, Unblocked, WorkerRefusal, WorkerRequestOpen,
+    WorkerRun,
+};
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
@@ -327,6 +336,8 @@ pub struct Task {
     pub block_kind: Option<String>,
     /// Decompose bookkeeping, if the card has any.
     pub decompose: Option<DecomposeState>,
+    /// Spawn bookkeeping, if a worker was ever spawned for the card (or it was set aside).
+    pub spawn: Option<crate::core::SpawnState>,
 }
 
 /// What `create_task` needs.

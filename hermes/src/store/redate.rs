@@ -78,8 +78,13 @@ fn anything_ahead(conn: &Connection, now_ms: i64) -> Result<bool, StoreError> {
                            OR (last_attempt_at_ms IS NULL AND due_at_ms > ?1))
              OR EXISTS (SELECT 1 FROM hermes_board_state
                         WHERE until_ms IS NOT NULL AND updated_at_ms > ?1)
-             OR EXISTS (SELECT 1 FROM hermes_decompose_claims WHERE claimed_at_ms > ?1)",
-        [now_ms.saturating_add(CLOCK_SKEW_MS)],
+             OR EXISTS (SELECT 1 FROM hermes_decompose_claims WHERE claimed_at_ms > ?1)
+             OR EXISTS (SELECT 1 FROM hermes_spawn_state WHERE due_at_ms > ?2)
+             OR EXISTS (SELECT 1 FROM hermes_spawn_ledger WHERE started_at_ms > ?1)",
+        params![
+            now_ms.saturating_add(CLOCK_SKEW_MS),
+            spawn_due_limit(now_ms)
+        ],
         |r| r.get(0),
     )
     .sql("looking for rows dated in the future")
@@ -139,12 +144,38 @@ pub(crate) fn redate_future(tx: &Transaction<'_>, now_ms: i64) -> Result<Redated
             params![now_ms, ahead],
         )
         .sql("re-dating claims dated in the future")?;
+    let spawns = redate_spawns(tx, now_ms)?;
     Ok(Redated {
         calls,
-        cards: attempted + scheduled,
+        cards: attempted + scheduled + spawns,
         pauses,
         claims,
     })
+}
+
+/// The latest a card's spawn backoff can legitimately end: the longest backoff from now, plus the
+/// skew. A spawn state keeps no moment of its last failure to re-date from, but its backoff was
+/// set from one that cannot lie ahead, so a due time beyond this is a wrong clock's.
+fn spawn_due_limit(now_ms: i64) -> i64 {
+    crate::core::time::after(now_ms, crate::core::MAX_BACKOFF).saturating_add(CLOCK_SKEW_MS)
+}
+
+/// Spawn backoffs dated past the longest backoff end after the longest backoff from now, and a
+/// worker's start dated ahead becomes now (so its runtime limit is not stretched).
+fn redate_spawns(tx: &Transaction<'_>, now_ms: i64) -> Result<usize, StoreError> {
+    let longest = crate::core::time::after(now_ms, crate::core::MAX_BACKOFF);
+    let cards = tx
+        .execute(
+            "UPDATE hermes_spawn_state SET due_at_ms = ?1 WHERE due_at_ms > ?2",
+            params![longest, spawn_due_limit(now_ms)],
+        )
+        .sql("re-dating spawn backoffs dated in the future")?;
+    tx.execute(
+        "UPDATE hermes_spawn_ledger SET started_at_ms = ?1 WHERE started_at_ms > ?2",
+        params![now_ms, now_ms.saturating_add(CLOCK_SKEW_MS)],
+    )
+    .sql("re-dating workers' starts dated in the future")?;
+    Ok(cards)
 }
 
 #[cfg(test)]
@@ -226,5 +257,49 @@ mod tests {
         let pause = store.pause().unwrap().unwrap();
         assert_eq!((pause.set_at_ms, pause.until_ms), (now, now + 900_000));
         assert!(store.redate_future(now).unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod spawn_tests {
+    use super::*;
+    use crate::store::NewTask;
+
+    #[test]
+    fn a_spawn_backoff_dated_past_the_longest_wait_ends_within_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("kanban.db")).unwrap();
+        let now = 1_000_000_000_000;
+        let hour = 3_600_000;
+        let card = store
+            .create_task(&NewTask {
+                title: "backs off".into(),
+                assignee: Some("coder".into()),
+                ..NewTask::default()
+            })
+            .unwrap()
+            .id;
+        store
+            .write(|tx| {
+                tx.execute(
+                    "INSERT INTO hermes_spawn_state (task_id, spawns, failures, due_at_ms)
+                     VALUES (?1, 1, 1, ?2)",
+                    params![card, now + 30 * hour],
+                )
+                .sql("arranging")
+            })
+            .unwrap();
+        // A backoff within the longest wait is left as it is.
+        assert!(store
+            .redate_future(now + 30 * hour - hour)
+            .unwrap()
+            .is_empty());
+        let redated = store.redate_future(now).unwrap();
+        assert_eq!(redated.cards, 1);
+        assert_eq!(
+            store.spawn_state(&card).unwrap().unwrap().due_at_ms,
+            Some(now + hour)
+        );
+        assert!(store.redate_future(now).unwrap().is_empty(), "once");
     }
 }

@@ -198,6 +198,51 @@ pub(crate) const TABLES: &[Table] = &[
             // The model the request named, recorded as it leaves; NULL on rows written before
             // this column existed (added to such boards in place, old rows left unknown).
             "model" "TEXT",
+            // The worker run a `worker` row's request belongs to (`task_runs.id`); NULL on a
+            // decompose call. `attempt` is then the run's turn, `try` the try within it.
+            "run_id" "INTEGER",
+        ],
+        constraints: &[],
+    },
+    // Per-card spawn bookkeeping (S1, S3): a spawn is charged here BEFORE its worker is forked,
+    // and given back only by a run end that is not a failure (`core::spawn`), so a crash of the
+    // worker, the gateway or both cannot hand the card a fresh budget.
+    Table {
+        name: "hermes_spawn_state",
+        columns: columns![
+            "task_id" "TEXT PRIMARY KEY",
+            "spawns" "INTEGER NOT NULL DEFAULT 0",
+            "failures" "INTEGER NOT NULL DEFAULT 0",
+            "due_at_ms" "INTEGER",
+            "parked_at_ms" "INTEGER",
+            "last_error" "TEXT",
+        ],
+        constraints: &[],
+    },
+    // The spawn ledger (S9): one row per worker, written with its run and its claim before the
+    // fork. `exited_at_ms` stays NULL while any process of the worker's tree may still run (its
+    // lock, `lock_path`, is held): such rows are the board's live workers, which `max_spawn`
+    // caps (S5). `owner` names the process that spawned it (see `process::token`). The run's
+    // end fills `outcome`, `charged` and the run's requests and tokens.
+    Table {
+        name: "hermes_spawn_ledger",
+        columns: columns![
+            "run_id" "INTEGER PRIMARY KEY",
+            "task_id" "TEXT NOT NULL",
+            "spawn" "INTEGER NOT NULL",
+            "origin" "TEXT NOT NULL",
+            "profile" "TEXT",
+            "owner" "TEXT NOT NULL",
+            "lock_path" "TEXT NOT NULL",
+            "pid" "INTEGER",
+            "started_at_ms" "INTEGER NOT NULL",
+            "exited_at_ms" "INTEGER",
+            "outcome" "TEXT",
+            "charged" "INTEGER",
+            "requests" "INTEGER NOT NULL DEFAULT 0",
+            "prompt_tokens" "INTEGER",
+            "completion_tokens" "INTEGER",
+            "detail" "TEXT",
         ],
         constraints: &[],
     },
@@ -285,6 +330,13 @@ pub(crate) const INDEXES: &[Index] = &[
         "task_id, started_at_ms"
     ),
     index!("hermes_idx_ledger_in_flight", "hermes_aux_ledger", "task_id, attempt", where LEDGER_IN_FLIGHT),
+    index!("hermes_idx_ledger_run", "hermes_aux_ledger", "run_id", where "run_id IS NOT NULL"),
+    index!("hermes_idx_spawns_live", "hermes_spawn_ledger", "run_id", where "exited_at_ms IS NULL"),
+    index!(
+        "hermes_idx_spawns_task",
+        "hermes_spawn_ledger",
+        "task_id, started_at_ms"
+    ),
 ];
 
 /// `outcome = 'in_flight'`, with the value spelt by [`LedgerOutcome`]: an index's condition

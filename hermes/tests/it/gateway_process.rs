@@ -34,11 +34,13 @@ fn provider(delay: Duration, status: u16) -> AuxModel {
     provider
 }
 
+/// These tests are about the decompose half: no workers (`max_spawn: 0`), so a decomposed
+/// card's worker never adds its own requests and rows (the spawn half is `workers`').
 fn config(provider_url: &str, extra: &str) -> String {
     format!(
         "model:\n  base_url: {provider_url}\n  default: decomposer-test\n\
          auxiliary:\n  transient_retries: 0\n  timeout_seconds: 30\n\
-         kanban:\n  dispatch_interval_seconds: 0.1\n  auto_decompose_per_tick: 10\n{extra}"
+         kanban:\n  dispatch_interval_seconds: 0.1\n  auto_decompose_per_tick: 10\n  max_spawn: 0\n{extra}"
     )
 }
 
@@ -412,7 +414,7 @@ fn a_refusal_after_the_probe_window_costs_at_most_the_calls_already_in_flight() 
     scratch.write_config(&format!(
         "model:\n  base_url: {}\n  default: decomposer-test\n\
          auxiliary:\n  transient_retries: 0\n  timeout_seconds: 30\n\
-         kanban:\n  dispatch_interval_seconds: 0.1\n  auto_decompose_per_tick: 3\n\
+         kanban:\n  dispatch_interval_seconds: 0.1\n  auto_decompose_per_tick: 3\n  max_spawn: 0\n\
          \x20 provider_cooldown_seconds: 120\n  decompose_backoff_seconds: 0\n",
         provider.base_url()
     ));

@@ -26,6 +26,8 @@
 //! | `recovery` | the operator's verbs: `unpark`, `resume`, `auto-decompose ID on\|off`, `usage --calls` |
 //! | `store_open` | what closing a board leaves on disk (the WAL) |
 //! | `interop` | a board written by upstream 0.19.0 and read back by it |
+//! | `worker_kit` | the worker tests' board, provider answers (tool calls), stand-ins and census |
+//! | `workers` | the gateway's workers end to end: the spawn bounds S1–S5, S7–S9 |
 
 mod support;
 
@@ -43,3 +45,5 @@ mod gateway_process;
 mod interop;
 mod recovery;
 mod store_open;
+mod worker_kit;
+mod workers;
