@@ -645,7 +645,8 @@ fn bad_prices_name_the_key() {
         ),
         (
             "kanban:\n  prices:\n    m: {input: -1, output: 1}\n",
-            "kanban.prices.m.input: expected a non-negative number (USD per million tokens), got -1",
+            "kanban.prices.m.input: expected a non-negative number (USD per million tokens) of at \
+             most 1000000, got -1",
         ),
         (
             "kanban:\n  prices:\n    m: {input: 1, output: .nan}\n",
@@ -656,9 +657,14 @@ fn bad_prices_name_the_key() {
             "kanban.prices.m.output: expected a non-negative number",
         ),
         (
+            "kanban:\n  prices:\n    m: {input: 1e308, output: 1}\n",
+            "kanban.prices.m.input: expected a non-negative number (USD per million tokens) of \
+             at most 1000000, got 1e308",
+        ),
+        (
             "kanban:\n  prices:\n    m: {input: '1', output: 1}\n",
-            "kanban.prices.m.input: expected a non-negative number (USD per million tokens), \
-             got \"1\"",
+            "kanban.prices.m.input: expected a non-negative number (USD per million tokens) of at \
+             most 1000000, got \"1\"",
         ),
         (
             "kanban:\n  prices:\n    m: {input: 1}\n",
