@@ -10,6 +10,7 @@
 
 mod decomposer;
 mod keys;
+mod nesting;
 mod prices;
 mod table;
 #[cfg(test)]
@@ -20,6 +21,7 @@ pub use decomposer::{
     KeySource, OPENAI_BASE_URL,
 };
 pub use keys::{ConfigWarning, WarningLog};
+pub use nesting::MAX_NESTING;
 pub use prices::{format_cost, Price, Prices, PRICES_KEY};
 pub use table::{keys_table, KeySpec, Kind, Range, Upstream, KEYS};
 
@@ -501,6 +503,18 @@ impl Config {
 
     /// Parses config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        // Before the loader sees it: a deeply nested document costs the loader time in the square
+        // of its size (see `nesting`).
+        if let Some(deep) = nesting::too_deep(text) {
+            return Err(ConfigError::Syntax {
+                path: path.to_owned(),
+                line: Some(deep.line),
+                detail: format!(
+                    "nested more than {MAX_NESTING} levels deep; hermes reads no deeper \
+                     configuration (nor does upstream write one)"
+                ),
+            });
+        }
         let doc: Value = serde_norway::from_str(text).map_err(|e| ConfigError::Syntax {
             path: path.to_owned(),
             line: e.location().map(|l| l.line()),
