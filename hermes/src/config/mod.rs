@@ -34,6 +34,8 @@ use std::time::Duration;
 
 use serde_norway::{Mapping, Value};
 
+use crate::core::redact::key_shapes;
+
 use table::{fits, flag, ignored, other, read_setting, seconds, section, text, whole, Setting};
 
 /// Errors from locating the home or reading its configuration files.
@@ -518,7 +520,7 @@ impl Config {
         let doc: Value = serde_norway::from_str(text).map_err(|e| ConfigError::Syntax {
             path: path.to_owned(),
             line: e.location().map(|l| l.line()),
-            detail: e.to_string(),
+            detail: key_shapes(&e.to_string()).into_owned(),
         })?;
         let reader = Reader {
             path,
@@ -571,18 +573,23 @@ impl Section<'_> {
 }
 
 impl Reader<'_> {
+    /// An error about `key`: the key and the problem (which may echo the file's text) pass the
+    /// shape rule for secrets (`core::redact::key_shapes`), since no key is known yet.
     fn invalid(&self, key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
             path: self.path.to_owned(),
-            key: key.into(),
-            problem: problem.into(),
+            key: key_shapes(&key.into()).into_owned(),
+            problem: key_shapes(&problem.into()).into_owned(),
         }
     }
 
     fn warn(&self, key: impl Into<String>, problem: impl Into<String>) {
-        self.warnings
-            .borrow_mut()
-            .push(ConfigWarning::new(self.path, key.into(), problem.into()));
+        // As `invalid`: a warning names keys and echoes text of the file.
+        self.warnings.borrow_mut().push(ConfigWarning::new(
+            self.path,
+            key_shapes(&key.into()).into_owned(),
+            key_shapes(&problem.into()).into_owned(),
+        ));
     }
 
     fn section<'m>(
