@@ -88,17 +88,6 @@ pub enum GatewayError {
     Board(#[from] BoardError),
     #[error("cannot install the {0} handler: {1}")]
     Signal(&'static str, std::io::Error),
-    #[error(
-        "kanban.db at {} has {links} hard links: SQLite keeps the write-ahead log beside each \
-         path, so a process that reaches the board through another link neither sees this \
-         gateway's writes nor is seen by it (records lost, cards billed again); refusing to \
-         start. Keep one link to the file (symlinks to it are fine)",
-        path.display()
-    )]
-    HardLinked {
-        path: std::path::PathBuf,
-        links: u64,
-    },
 }
 
 /// Runs the gateway in the foreground until SIGTERM or SIGINT.
@@ -117,17 +106,9 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
         .map_err(|e| BoardError::Join(e.to_string()))??,
     );
 
+    // A board with more than one hard link was refused by the open above (`Store::open`), and
+    // is refused again before every transaction, should a link be made later.
     let dispatching = config.kanban.dispatch_in_gateway;
-    // Only a dispatcher is refused: a gateway that dispatches nothing writes nothing.
-    if let Some(meta) = std::fs::metadata(&db_path).ok().filter(|_| dispatching) {
-        use std::os::unix::fs::MetadataExt;
-        if meta.nlink() > 1 {
-            return Err(GatewayError::HardLinked {
-                path: db_path,
-                links: meta.nlink(),
-            });
-        }
-    }
     let lock = if dispatching {
         Some(SingletonLock::acquire(home.lock_dir(), &db_path)?)
     } else {
@@ -287,6 +268,8 @@ struct Dispatcher {
     /// Recording attempts: while it fails, no request is sent.
     record_notice: Notice,
     file_notice: Notice,
+    /// Nothing was at the board's path at the last look (see `check_board_file`).
+    board_gone: bool,
     /// Upstream's dispatcher locks: nothing is dispatched until they are held.
     upstream_locks: DispatchGate,
     /// Config warnings already logged (at start, or by an earlier edit).
@@ -374,6 +357,7 @@ impl Dispatcher {
             tick_notice: Notice::default(),
             record_notice: Notice::default(),
             file_notice: Notice::default(),
+            board_gone: false,
             upstream_locks: DispatchGate::new(&db_path),
             config_warnings: WarningLog::default(),
             config_stamp,
@@ -433,16 +417,38 @@ impl Dispatcher {
         }
     }
 
-    /// Reopens the board when its file was deleted or replaced since it was opened: writing on
-    /// through the old handle would go to a file nobody reads.
-    async fn check_board_file(&mut self) {
+    /// Reopens the board when another file was put at its path since it was opened: writing on
+    /// through the old handle would go to a file nobody reads. When nothing is at the path (the
+    /// board was moved to another home, or deleted), no board is created in its place: the
+    /// gateway dispatches nothing, with one WARN, until a board is back at the path; its lock
+    /// on the old file was let go (`BoardLock`), so a gateway at the board's new home can
+    /// dispatch it. Returns whether the tick may go on with the board.
+    async fn check_board_file(&mut self) -> bool {
         let what = match self.board.file() {
-            BoardFile::Same => {
+            BoardFile::Same if !self.board_gone => {
                 self.file_notice.clear();
                 self.check_wal_files().await;
-                return;
+                return true;
             }
-            BoardFile::Missing => "was deleted",
+            // Moved back: its old connection was closed when it went.
+            BoardFile::Same => "was put back",
+            BoardFile::Missing => {
+                // The old connection closes at once (every later call is refused, see
+                // `Store::refresh`); attempts in flight on it record nothing more.
+                let _ = self.board.call(|_| Ok(())).await;
+                self.board_gone = true;
+                self.upstream_locks.let_go_of_board();
+                self.file_notice.warn_keyed(
+                    "missing",
+                    &format!(
+                        "kanban.db is gone from {} (moved to another home, or deleted) while the \
+                         gateway ran; dispatching nothing until a board is back at that path (a \
+                         moved board is dispatched by a gateway in its new home)",
+                        self.home.db_path().display()
+                    ),
+                );
+                return false;
+            }
             BoardFile::Replaced => "was replaced by another file",
         };
         // The old connection is closed before the new one opens (the store refuses every later
@@ -452,26 +458,29 @@ impl Dispatcher {
         // it holds them.
         let _ = self.board.call(|_| Ok(())).await;
         let path = self.home.db_path();
-        match BoardHandle::open_long_lived(&path).await {
+        match BoardHandle::reopen_long_lived(&path).await {
             Ok(board) => {
                 warn!(
                     board = %path.display(),
                     "kanban.db {what} while the gateway ran; reopened it (attempts in flight finish on the old file)"
                 );
                 self.file_notice.clear();
-                // The rest of this tick closes abandoned attempts on the new file (its rows dated
-                // in the future first), and its first pick brings every triage card there under
-                // the budget.
+                self.board_gone = false;
+                // The rest of this tick closes abandoned attempts on the new file, and its first
+                // pick brings every triage card there under the budget.
                 self.board = board;
-                self.redate_checked = None;
+                true
             }
-            Err(err) => self.file_notice.warn_keyed(
-                &format!("reopen-{}", error_chain(&err)),
-                &format!(
-                    "kanban.db {what} while the gateway ran, and cannot be reopened: {}",
-                    error_chain(&err)
-                ),
-            ),
+            Err(err) => {
+                self.file_notice.warn_keyed(
+                    &format!("reopen-{}", error_chain(&err)),
+                    &format!(
+                        "kanban.db {what} while the gateway ran, and cannot be reopened: {}",
+                        error_chain(&err)
+                    ),
+                );
+                false
+            }
         }
     }
 
@@ -640,7 +649,9 @@ impl Dispatcher {
 
     async fn tick(&mut self) {
         self.reload_config().await;
-        self.check_board_file().await;
+        if !self.check_board_file().await {
+            return;
+        }
         // Closing abandoned attempts is a dispatcher's work too: another dispatcher's attempts
         // in flight are not this gateway's to close.
         if !self.upstream_locks.may_dispatch() {

@@ -25,6 +25,7 @@ mod tests;
 
 use std::fmt;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -134,6 +135,22 @@ pub enum StoreError {
         path: PathBuf,
         /// What happened.
         change: FileChange,
+    },
+    /// `kanban.db` has more than one hard link (see `BoardFiles::links`): nothing was read or
+    /// written, by this process or any other hermes process, until one name is left.
+    #[error(
+        "kanban.db at {} has {links} hard links: SQLite keeps the write-ahead log beside each \
+         name, so processes reaching the board through different links neither see each \
+         other's writes nor are seen (records lost, a malformed file, cards billed again); \
+         nothing was read or written. Keep one link to the file (symlinks to it are fine; a \
+         backup tool that hard-links must copy instead)",
+        path.display()
+    )]
+    HardLinked {
+        /// The database file.
+        path: PathBuf,
+        /// Its link count.
+        links: u64,
     },
     /// SQLite refused an operation.
     #[error("{context}")]
@@ -455,7 +472,18 @@ impl Store {
     /// would cost every command time in proportion to the board's size.) The schema is then
     /// brought up to date additively (see `store::schema`).
     pub fn open(db_path: impl AsRef<Path>) -> Result<Store, StoreError> {
-        let path = db_path.as_ref().to_owned();
+        Self::open_with(db_path.as_ref(), true)
+    }
+
+    /// Opens the board at `db_path` only if there is one: a board moved or deleted from under a
+    /// running gateway must not be replaced by an empty one at the old path (its cards would
+    /// seem gone, and the gateway would dispatch an empty board).
+    pub fn open_existing(db_path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Self::open_with(db_path.as_ref(), false)
+    }
+
+    fn open_with(path: &Path, create: bool) -> Result<Store, StoreError> {
+        let path = path.to_owned();
         let existed = match fs::metadata(&path) {
             Ok(meta) if meta.is_dir() => {
                 return Err(StoreError::Corrupt {
@@ -463,8 +491,21 @@ impl Store {
                     detail: "it is a directory".into(),
                 })
             }
+            Ok(meta) if meta.nlink() > 1 => {
+                return Err(StoreError::HardLinked {
+                    path,
+                    links: meta.nlink(),
+                })
+            }
             // SQLite treats an empty file as an empty database, as upstream does.
             Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => {
+                return Err(StoreError::Io {
+                    context: "no board (moved or deleted?) at",
+                    path,
+                    source: e,
+                });
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     fs::create_dir_all(dir).map_err(|source| StoreError::Io {
@@ -514,7 +555,8 @@ impl Store {
 
     /// Whether the paths still name the files this connection opened.
     fn current(&self) -> bool {
-        self.detached.is_none() && self.files.changes(&BoardFiles::at(&self.path)).is_empty()
+        let now = BoardFiles::at(&self.path);
+        self.detached.is_none() && now.links().is_none() && self.files.changes(&now).is_empty()
     }
 
     /// Makes sure the connection still works on the files at the board's path, before a
@@ -527,9 +569,10 @@ impl Store {
         if let Some(change) = self.detached {
             return Err(self.changed(change));
         }
-        let changes = self.files.changes(&BoardFiles::at(&self.path));
+        let now = BoardFiles::at(&self.path);
+        let changes = self.files.changes(&now);
         if changes.is_empty() {
-            return Ok(());
+            return self.one_name(&now);
         }
         if let Some(&db) = changes.iter().find(|c| c.part == BoardPart::Db) {
             self.close_connection()?;
@@ -541,7 +584,9 @@ impl Store {
                 self.noticed.push(change);
             }
         }
-        self.reopen()
+        self.reopen()?;
+        let files = self.files;
+        self.one_name(&files)
     }
 
     /// Copies every commit into `kanban.db` right after it is synced (a passive checkpoint: it
@@ -566,6 +611,18 @@ impl Store {
         let out = f(self);
         self.refreshed = false;
         out
+    }
+
+    /// Refuses a board that has more than one name (see `BoardFiles::links`), before anything
+    /// is read or written through it.
+    fn one_name(&self, files: &BoardFiles) -> Result<(), StoreError> {
+        match files.links() {
+            Some(links) => Err(StoreError::HardLinked {
+                path: self.path.clone(),
+                links,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The `-wal`/`-shm` changes this store reopened the board for since the last call.
@@ -786,9 +843,11 @@ impl Store {
             return Err(self.changed(change));
         }
         if !self.refreshed {
-            if let Some(&change) = self.files.changes(&BoardFiles::at(&self.path)).first() {
+            let now = BoardFiles::at(&self.path);
+            if let Some(&change) = self.files.changes(&now).first() {
                 return Err(self.changed(change));
             }
+            self.one_name(&now)?;
         }
         f(&self.conn).map_err(|e| locate(&self.path, e))
     }
