@@ -20,6 +20,7 @@
 //! once by the attempt that took over (its answer is then discarded).
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
@@ -55,14 +56,15 @@ pub enum ClaimState {
 }
 
 impl Claim {
-    /// Whether the claim still holds the card at `now_ms`.
-    pub fn holds(&self, now_ms: i64) -> bool {
-        self.state(now_ms) == ClaimState::Held
+    /// Whether the claim still holds the card at `now_ms`, on the board at `board`.
+    pub fn holds(&self, now_ms: i64, board: &Path) -> bool {
+        self.state(now_ms, board) == ClaimState::Held
     }
 
-    /// The claim's state at `now_ms`.
-    pub fn state(&self, now_ms: i64) -> ClaimState {
-        match process::is_alive(&self.owner) {
+    /// The claim's state at `now_ms`, on the board at `board` (its holders' lock files are
+    /// beside it, see `process`).
+    pub fn state(&self, now_ms: i64, board: &Path) -> ClaimState {
+        match process::is_alive(&self.owner, board) {
             Some(true) => ClaimState::Held,
             Some(false) => ClaimState::Ended,
             None if self.until_ms > now_ms => ClaimState::Held,
@@ -134,7 +136,7 @@ impl Store {
         if !self.read(|conn| anything_to_recover(conn, now_ms, ours_running))? {
             return Ok(Recovered::default());
         }
-        self.write(|tx| {
+        let (recovered, owners) = self.write(|tx| {
             let mut recovered = Recovered::default();
             for claim in claims(tx)? {
                 let ours_lost =
@@ -142,15 +144,19 @@ impl Store {
                 let state = if ours_lost {
                     ClaimState::Ended
                 } else {
-                    claim.state(now_ms)
+                    claim.state(now_ms, board_of(tx))
                 };
                 if state != ClaimState::Held {
                     abandon(tx, &claim, state, now_ms, budget, by, &mut recovered)?;
                 }
             }
             recovered.closed_rows += close_unclaimed_rows(tx, now_ms)?;
-            Ok(recovered)
-        })
+            let owners: Vec<String> = claims(tx)?.into_iter().map(|c| c.owner).collect();
+            Ok((recovered, owners))
+        })?;
+        // Once their claims are closed, the lock files of the holders that are gone go too.
+        process::let_go_of_dead(&self.path, &owners);
+        Ok(recovered)
     }
 }
 
@@ -161,9 +167,14 @@ fn anything_to_recover(
 ) -> Result<bool, StoreError> {
     let stale = claims(conn)?.iter().any(|claim| {
         (claim.owner == process::token() && !ours_running.contains(&claim.task_id))
-            || !claim.holds(now_ms)
+            || !claim.holds(now_ms, board_of(conn))
     });
     Ok(stale || unclaimed_rows(conn)? > 0)
+}
+
+/// The board a connection has open, where its claims' holders keep their lock files.
+pub(crate) fn board_of(conn: &Connection) -> &Path {
+    Path::new(conn.path().unwrap_or_default())
 }
 
 pub(crate) fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>, StoreError> {

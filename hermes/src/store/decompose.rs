@@ -15,7 +15,8 @@ use super::board::{
     add_event, canonical_assignee, insert_task_row, promote_ready, unreadable, TaskRow,
 };
 use super::claims::{
-    abandon, claim_is_ours, claim_of, new_lease, put_claim, release, ClaimState, Recovered,
+    abandon, board_of, claim_is_ours, claim_of, new_lease, put_claim, release, ClaimState,
+    Recovered,
 };
 use super::guards::{
     auto_gate, guards_in_force, set_pause, set_unreachable_pause, unreachable_streak, AutoGate,
@@ -173,6 +174,10 @@ impl Store {
         task_id: &str,
         policy: &BeginPolicy,
     ) -> Result<Result<AttemptTicket, BeginRefusal>, StoreError> {
+        // Held before any claim of this process is recorded, so that no other process can take
+        // a live claim of ours for a dead one's (see `process`). Should it fail, our claims are
+        // of unknown liveness to others, which hold them until their expiry: safe.
+        let _ = crate::process::hold_for(&self.path);
         self.write(|tx| begin_attempt(tx, task_id, policy))
     }
 
@@ -576,7 +581,7 @@ fn begin_attempt(
     }
     // Whatever the origin: another attempt's request may still be on its way (B1, B4).
     if let Some(claim) = claim_of(tx, task_id)? {
-        let state = claim.state(policy.now_ms);
+        let state = claim.state(policy.now_ms, board_of(tx));
         if state == ClaimState::Held {
             return Ok(Err(BeginRefusal::Claimed {
                 until_ms: claim.until_ms,

@@ -53,7 +53,7 @@ fn crash(store: &Store) {
     other_process(store)
         .execute(
             "UPDATE hermes_decompose_claims SET owner = ?1",
-            [crate::process::dead_token()],
+            [crate::process::dead_token(store.path())],
         )
         .unwrap();
 }

@@ -233,7 +233,7 @@ fn unpark(
         }));
     }
     if let Some(claim) = claim_of(tx, task_id)? {
-        let state = claim.state(now_ms);
+        let state = claim.state(now_ms, super::claims::board_of(tx));
         if state == ClaimState::Held {
             return Ok(Err(UnparkRefusal::InFlight {
                 task_id: task_id.to_owned(),
