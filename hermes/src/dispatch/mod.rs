@@ -60,19 +60,36 @@ const MAX_IN_FLIGHT: usize = 256;
 
 /// How long a tick waits for `config.yaml` to be read. The read runs on the blocking pool, off
 /// the loop that handles signals; a file on a stalled filesystem costs a tick this much at most
-/// (and SIGTERM this much more), and the gateway keeps its last good config meanwhile.
+/// (a signal ends the tick at once), and the gateway keeps its last good config meanwhile.
 const CONFIG_READ_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// How long the gateway's last act, copying the WAL into `kanban.db`, waits for other
 /// processes' transactions: SIGTERM must end the gateway within 5 s, shutdown grace included.
-const EXIT_CHECKPOINT_WAIT: Duration = Duration::from_millis(400);
+const EXIT_CHECKPOINT_WAIT: Duration = Duration::from_millis(300);
+/// Beyond [`EXIT_CHECKPOINT_WAIT`], how long the shutdown waits for the board to take that
+/// checkpoint at all (another call of the gateway may still hold it, stuck on a locked file).
+const EXIT_CHECKPOINT_SLACK: Duration = Duration::from_millis(100);
+/// How long the shutdown waits for the board's connection and the locks to close.
+const CLOSE_WAIT: Duration = Duration::from_millis(200);
+/// The contract's bound on a stop (§6): from SIGTERM or SIGINT to the process's exit, the
+/// runtime's own shutdown (`cli::gateway`) included.
+pub const STOP_BOUND: Duration = Duration::from_secs(5);
 /// How often the gateway looks for rows dated in the future (a clock set back is rare; the look
 /// scans cards' schedules, which a tick must not pay for every time).
 const REDATE_EVERY: Duration = Duration::from_secs(60);
 
+/// The runtime's wait for its last blocking tasks once the gateway stopped (`cli::gateway`).
+pub const RUNTIME_SHUTDOWN_WAIT: Duration = Duration::from_millis(200);
+
+// Every wait between the signal and the exit, each bounded on its own: within the contract's
+// bound with room for the process to end.
 const _: () = assert!(
-    SHUTDOWN_GRACE.as_millis() + CONFIG_READ_TIMEOUT.as_millis() + EXIT_CHECKPOINT_WAIT.as_millis()
-        < 5_000
+    SHUTDOWN_GRACE.as_millis()
+        + EXIT_CHECKPOINT_WAIT.as_millis()
+        + EXIT_CHECKPOINT_SLACK.as_millis()
+        + CLOSE_WAIT.as_millis()
+        + RUNTIME_SHUTDOWN_WAIT.as_millis()
+        < STOP_BOUND.as_millis()
 );
 
 /// Why the gateway could not run.
@@ -115,24 +132,82 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
         None
     };
 
-    let mut sigterm =
-        signal(SignalKind::terminate()).map_err(|e| GatewayError::Signal("SIGTERM", e))?;
-    let mut sigint =
-        signal(SignalKind::interrupt()).map_err(|e| GatewayError::Signal("SIGINT", e))?;
+    let mut stop = stop_on_signals()?;
 
     let config = Arc::new(config);
     // Resolved before the start line, which says what the gateway bills; what resolving it has
     // to report (bad `.env` lines, no key) comes after.
     let setup = dispatching.then(|| build_context(&home, &config));
-
     // Printed only once the handlers are in place: a supervisor that waits for this line can
     // stop the gateway cleanly from then on.
+    announce_start(&db_path, &config, setup.as_ref());
+
+    let Some(setup) = setup else {
+        let signal = stopped(&mut stop).await;
+        info!("{signal} received; gateway stopped");
+        return Ok(());
+    };
+    // Even the open waits for a signal no longer than for itself (a locked or stalled board).
+    let board = tokio::select! {
+        biased;
+        signal = stopped(&mut stop) => {
+            info!("{signal} received while opening the board; gateway stopped");
+            return Ok(());
+        }
+        board = BoardHandle::open_long_lived(&db_path) => board?,
+    };
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut dispatcher = Dispatcher::new(home, config, setup, config_stamp, board, shutdown_rx);
+    // At once, so that an upstream gateway starting a moment later finds them taken.
+    dispatcher.upstream_locks.may_dispatch();
+    let signal = dispatcher.run_until(&mut stop).await;
+    info!("{signal} received; stopping");
+    let _ = shutdown_tx.send(true);
+    dispatcher.shut_down(lock).await;
+    info!("gateway stopped");
+    Ok(())
+}
+
+/// Which signal asked the gateway to stop, once one did.
+type StopSignal = watch::Receiver<Option<&'static str>>;
+
+/// Installs the SIGTERM and SIGINT handlers; the receiver says which came first. Its own task
+/// waits for them, so every await of the gateway can be raced against a stop (see
+/// [`stopped`]): no board work, however stuck, stands between a signal and the shutdown.
+fn stop_on_signals() -> Result<StopSignal, GatewayError> {
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| GatewayError::Signal("SIGTERM", e))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| GatewayError::Signal("SIGINT", e))?;
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let which = tokio::select! {
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => "SIGINT",
+        };
+        let _ = tx.send(Some(which));
+    });
+    Ok(rx)
+}
+
+/// Resolves once a stop signal came (cancel-safe: a select may drop it and ask again).
+async fn stopped(stop: &mut StopSignal) -> &'static str {
+    match stop.wait_for(Option::is_some).await {
+        Ok(signal) => signal.unwrap_or("a signal"),
+        // The watcher task is gone (the runtime is shutting down): as good as a stop.
+        Err(_) => "shutdown",
+    }
+}
+
+/// The start line (see `docs/gateway.md`): what the gateway bills, and where.
+fn announce_start(
+    db_path: &std::path::Path,
+    config: &Config,
+    setup: Option<&Result<AttemptContext, AttemptSetupError>>,
+) {
     let pid = std::process::id();
     let tick_seconds = config.kanban.dispatch_interval.as_secs_f64();
-    match setup
-        .as_ref()
-        .map(|setup| setup.as_ref().map(AttemptContext::billing))
-    {
+    match setup.map(|setup| setup.as_ref().map(AttemptContext::billing)) {
         Some(Ok(billing)) => info!(
             pid,
             board = %db_path.display(),
@@ -155,67 +230,6 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
             "gateway started (kanban dispatcher off: kanban.dispatch_in_gateway is false)"
         ),
     }
-
-    let Some(setup) = setup else {
-        tokio::select! {
-            _ = sigterm.recv() => {}
-            _ = sigint.recv() => {}
-        }
-        info!("gateway stopped");
-        return Ok(());
-    };
-
-    let board = BoardHandle::open_long_lived(&db_path).await?;
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut dispatcher = Dispatcher::new(home, config, setup, config_stamp, board, shutdown_rx);
-    // At once, so that an upstream gateway starting a moment later finds them taken.
-    dispatcher.upstream_locks.may_dispatch();
-    // The first tick comes at once: it closes what dead processes left in flight and brings
-    // cards written by other tools (upstream's CLI, an older board) under the budget.
-
-    let mut interval = new_interval(dispatcher.config.kanban.dispatch_interval);
-    loop {
-        tokio::select! {
-            _ = sigterm.recv() => { info!("SIGTERM received; stopping"); break; }
-            _ = sigint.recv() => { info!("SIGINT received; stopping"); break; }
-            Some(joined) = dispatcher.in_flight.join_next_with_id(), if !dispatcher.in_flight.is_empty() => {
-                dispatcher.finished(joined).await;
-            }
-            _ = interval.tick() => {
-                let before = dispatcher.config.kanban.dispatch_interval;
-                dispatcher.tick().await;
-                if dispatcher.config.kanban.dispatch_interval != before {
-                    interval = new_interval(dispatcher.config.kanban.dispatch_interval);
-                    interval.reset();
-                }
-            }
-        }
-    }
-
-    // Stop scheduling, then let the attempts in flight end: a request on its way may still
-    // answer for a moment (its graph is applied, its refusal pauses the board), otherwise it is
-    // aborted; each records its end (the attempt was counted before its request left) and none
-    // can leave half a graph, since a graph is written in one transaction or not at all.
-    let _ = shutdown_tx.send(true);
-    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while let Some(joined) = dispatcher.in_flight.join_next_with_id().await {
-            dispatcher.finished(joined).await;
-        }
-    })
-    .await;
-    if drained.is_err() {
-        warn!(
-            left = dispatcher.in_flight.len(),
-            "attempts still running after {}s; exiting without them",
-            SHUTDOWN_GRACE.as_secs()
-        );
-    }
-    dispatcher.fold_wal_into_board().await;
-    // The board's connection closes before any lock descriptor does (see `BoardLock`).
-    drop(dispatcher);
-    drop(lock);
-    info!("gateway stopped");
-    Ok(())
 }
 
 /// The longest tick period the loop uses, whatever the config says: a timer's deadline is
@@ -374,6 +388,73 @@ impl Dispatcher {
         dispatcher
     }
 
+    /// Ticks and collects finished attempts until a stop signal comes, and says which. A tick
+    /// is raced against the signal, so one stuck on the board (a locked or frozen file) never
+    /// holds the stop back: it is dropped where it waits, its blocking call left to end alone.
+    async fn run_until(&mut self, stop: &mut StopSignal) -> &'static str {
+        // The first tick comes at once: it closes what dead processes left in flight and brings
+        // cards written by other tools (upstream's CLI, an older board) under the budget.
+        let mut interval = new_interval(self.config.kanban.dispatch_interval);
+        loop {
+            tokio::select! {
+                signal = stopped(stop) => return signal,
+                Some(joined) = self.in_flight.join_next_with_id(), if !self.in_flight.is_empty() => {
+                    self.finished(joined).await;
+                }
+                _ = interval.tick() => {
+                    let before = self.config.kanban.dispatch_interval;
+                    tokio::select! {
+                        biased;
+                        signal = stopped(stop) => return signal,
+                        () = self.tick() => {}
+                    }
+                    if self.config.kanban.dispatch_interval != before {
+                        interval = new_interval(self.config.kanban.dispatch_interval);
+                        interval.reset();
+                    }
+                }
+            }
+        }
+    }
+
+    /// After the stop signal, within [`STOP_BOUND`] whatever the board does. The attempts in
+    /// flight get [`SHUTDOWN_GRACE`] to end: a request on its way may still answer for a moment
+    /// (its graph is applied, its refusal pauses the board), otherwise it is aborted; each
+    /// records its end (the attempt was counted before its request left) and none can leave half
+    /// a graph, since a graph is written in one transaction or not at all. Then the WAL is folded
+    /// into `kanban.db` and the board closed, each given a bounded wait: on a board that cannot
+    /// be written (locked past the grace, a frozen filesystem) they are left undone, and every
+    /// commit is still in the WAL.
+    async fn shut_down(mut self, lock: Option<SingletonLock>) {
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while let Some(joined) = self.in_flight.join_next_with_id().await {
+                self.finished(joined).await;
+            }
+        })
+        .await;
+        if drained.is_err() {
+            warn!(
+                left = self.in_flight.len(),
+                "attempts still running after {}s; exiting without them",
+                SHUTDOWN_GRACE.as_secs()
+            );
+        }
+        self.fold_wal_into_board().await;
+        // The board's connection closes before any lock descriptor does (see `BoardLock`), on
+        // the blocking pool: closing checkpoints, which a stalled disk could hold for good.
+        let closed = tokio::task::spawn_blocking(move || {
+            drop(self);
+            drop(lock);
+        });
+        if tokio::time::timeout(CLOSE_WAIT, closed).await.is_err() {
+            warn!(
+                "the board did not close within {:.1}s (locked by another process, or a stalled \
+                 filesystem); exiting without it: every commit is in kanban.db-wal",
+                CLOSE_WAIT.as_secs_f64()
+            );
+        }
+    }
+
     /// Closes attempts whose process is gone (or whose end this process could not record).
     async fn recover(&mut self) {
         let ours = self.in_flight_ids.clone();
@@ -511,11 +592,22 @@ impl Dispatcher {
     /// The gateway's last act: every commit copied into `kanban.db` and the WAL emptied, so that
     /// `kanban.db` alone is the whole board once the gateway is gone.
     async fn fold_wal_into_board(&mut self) {
-        match self
-            .board
-            .call(|s| s.checkpoint(EXIT_CHECKPOINT_WAIT))
-            .await
-        {
+        let folded = tokio::time::timeout(
+            EXIT_CHECKPOINT_WAIT + EXIT_CHECKPOINT_SLACK,
+            self.board.call(|s| s.checkpoint(EXIT_CHECKPOINT_WAIT)),
+        )
+        .await;
+        let Ok(folded) = folded else {
+            warn!(
+                "the board did not answer within {:.1}s (locked by another process, or a \
+                 stalled filesystem): kanban.db-wal keeps every commit, and the next hermes \
+                 command to close the board folds it in; until then copy kanban.db together with \
+                 kanban.db-wal",
+                (EXIT_CHECKPOINT_WAIT + EXIT_CHECKPOINT_SLACK).as_secs_f64()
+            );
+            return;
+        };
+        match folded {
             Ok(true) => {}
             Ok(false) => warn!(
                 "could not copy the WAL into kanban.db within {:.1}s (another process is using \
