@@ -74,9 +74,6 @@ const CLOSE_WAIT: Duration = Duration::from_millis(200);
 /// The contract's bound on a stop (§6): from SIGTERM or SIGINT to the process's exit, the
 /// runtime's own shutdown (`cli::gateway`) included.
 pub const STOP_BOUND: Duration = Duration::from_secs(5);
-/// How often the gateway looks for rows dated in the future (a clock set back is rare; the look
-/// scans cards' schedules, which a tick must not pay for every time).
-const REDATE_EVERY: Duration = Duration::from_secs(60);
 
 /// The runtime's wait for its last blocking tasks once the gateway stopped (`cli::gateway`).
 pub const RUNTIME_SHUTDOWN_WAIT: Duration = Duration::from_millis(200);
@@ -298,8 +295,6 @@ struct Dispatcher {
     end_notice: Notice,
     /// `-wal`/`-shm` swapped under the gateway.
     wal_files_notice: Notice,
-    /// When rows dated in the future were last looked for (`None`: not yet).
-    redate_checked: Option<Instant>,
     /// The parks this gateway has warned about, by card and the attempt that spent the budget:
     /// a park whose record was lost (a `kanban.db-wal` deleted before the commit reached
     /// `kanban.db`) is written again by recovery, and is still one park to the operator.
@@ -379,7 +374,6 @@ impl Dispatcher {
             recover_notice: Notice::default(),
             end_notice: Notice::default(),
             wal_files_notice: Notice::default(),
-            redate_checked: None,
             announced_parks: HashSet::new(),
         };
         // The start-up warnings were logged with the gateway's first lines.
@@ -459,13 +453,7 @@ impl Dispatcher {
     async fn recover(&mut self) {
         let ours = self.in_flight_ids.clone();
         let budget = self.config.card_rules().budget;
-        let redate = self
-            .redate_checked
-            .is_none_or(|at| at.elapsed() >= REDATE_EVERY);
-        if redate {
-            self.redate_checked = Some(Instant::now());
-        }
-        match auto::recover(&self.board, &ours, budget, redate, Origin::Gateway).await {
+        match auto::recover(&self.board, &ours, budget, Origin::Gateway).await {
             Ok(recovered) => {
                 if self.recover_notice.clear() {
                     info!("abandoned attempts can be closed again");

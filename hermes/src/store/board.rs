@@ -398,14 +398,18 @@ pub(crate) fn archive(tx: &Transaction<'_>, ids: &[String]) -> Result<ArchiveRep
     Ok(report)
 }
 
-const TASK_SELECT: &str = "SELECT t.id, t.title, t.body, t.assignee, t.status, t.priority, t.tenant, \
-     t.workspace_kind, t.workspace_path, t.branch_name, t.project_id, t.created_by, t.created_at, \
-     t.started_at, t.completed_at, t.result, t.skills, t.max_retries, t.session_id, \
-     t.workflow_template_id, t.current_step_key, t.block_kind, \
-     d.task_id AS d_task_id, d.attempts AS d_attempts, d.last_attempt_at_ms AS d_last_attempt_at_ms, \
-     d.last_error AS d_last_error, d.due_at_ms AS d_due_at_ms, d.parked_at_ms AS d_parked_at_ms, \
-     d.opt_out AS d_opt_out \
-     FROM tasks t LEFT JOIN hermes_decompose_state d ON d.task_id = t.id";
+/// A card and its decompose state (its due time in the reader's frame, see `store::frame`).
+fn task_select() -> String {
+    format!(
+        "SELECT t.id, t.title, t.body, t.assignee, t.status, t.priority, t.tenant, \
+         t.workspace_kind, t.workspace_path, t.branch_name, t.project_id, t.created_by, \
+         t.created_at, t.started_at, t.completed_at, t.result, t.skills, t.max_retries, \
+         t.session_id, t.workflow_template_id, t.current_step_key, t.block_kind, \
+         d.task_id AS d_task_id, {} \
+         FROM tasks t LEFT JOIN hermes_decompose_state d ON d.task_id = t.id",
+        super::decompose::state_columns("d")
+    )
+}
 
 /// A card's text column as it would be sent to the provider, or why it cannot be: text that
 /// is not valid UTF-8, or a BLOB, could only be sent mangled.
@@ -501,7 +505,11 @@ fn finish(raw: RawTask) -> Result<Task, StoreError> {
 /// One card by id.
 pub(crate) fn task_by_id(conn: &Connection, id: &str) -> Result<Option<Task>, StoreError> {
     let raw = conn
-        .query_row(&format!("{TASK_SELECT} WHERE t.id = ?1"), [id], raw_task)
+        .query_row(
+            &format!("{} WHERE t.id = ?1", task_select()),
+            [id],
+            raw_task,
+        )
         .optional()
         .sql(format!("reading task {id}"))?;
     raw.map(finish).transpose()
@@ -509,7 +517,7 @@ pub(crate) fn task_by_id(conn: &Connection, id: &str) -> Result<Option<Task>, St
 
 /// Cards matching the filter, oldest first.
 pub(crate) fn list_tasks(conn: &Connection, filter: &ListFilter) -> Result<Vec<Task>, StoreError> {
-    let mut sql = format!("{TASK_SELECT} WHERE 1 = 1");
+    let mut sql = format!("{} WHERE 1 = 1", task_select());
     let mut args: Vec<String> = Vec::new();
     if let Some(status) = filter.status {
         args.push(status.as_str().to_owned());

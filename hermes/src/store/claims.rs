@@ -25,7 +25,7 @@ use std::path::Path;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use super::decompose::{read_state, write_step};
-use super::{lenient, SqlResultExt, Store, StoreError};
+use super::{frame, lenient, SqlResultExt, Store, StoreError};
 use crate::core::card::{Abandoned, Abandonment};
 use crate::core::{CardBudget, CardRules, LedgerOutcome, Origin};
 use crate::process;
@@ -92,9 +92,6 @@ pub struct Recovered {
     pub refunded: Vec<String>,
     /// Cards parked because the abandoned attempt was their last.
     pub parked: Vec<ParkedCard>,
-    /// Rows dated in the future (a clock that ran ahead was corrected), re-dated to now first
-    /// (see `auto::recover`).
-    pub redated: super::Redated,
 }
 
 /// A card recovery parked, with the attempt that spent its budget: the gateway owes one WARN
@@ -177,23 +174,30 @@ pub(crate) fn board_of(conn: &Connection) -> &Path {
     Path::new(conn.path().unwrap_or_default())
 }
 
-pub(crate) fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>, StoreError> {
-    conn.query_row(
-        "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease
-         FROM hermes_decompose_claims WHERE task_id = ?1",
-        [task_id],
-        claim_row,
+/// A claim's columns, its times in the reader's frame (see `store::frame`).
+fn claim_columns() -> String {
+    format!(
+        "task_id, attempt, origin, owner, {}, {}, lease",
+        frame::seen("claimed_at_ms", "boot", "claimed_boot_ms"),
+        frame::seen("until_ms", "boot", "until_boot_ms")
     )
-    .optional()
+}
+
+pub(crate) fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {} FROM hermes_decompose_claims WHERE task_id = ?1",
+        claim_columns()
+    ))
+    .and_then(|mut stmt| stmt.query_row([task_id], claim_row).optional())
     .sql("reading the card's claim")
 }
 
 fn claims(conn: &Connection) -> Result<Vec<Claim>, StoreError> {
     let mut stmt = conn
-        .prepare_cached(
-            "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease
-             FROM hermes_decompose_claims ORDER BY task_id",
-        )
+        .prepare_cached(&format!(
+            "SELECT {} FROM hermes_decompose_claims ORDER BY task_id",
+            claim_columns()
+        ))
         .sql("reading claims")?;
     let rows = stmt.query_map([], claim_row).sql("reading claims")?;
     rows.collect::<Result<_, _>>().sql("reading claims")
@@ -230,13 +234,21 @@ pub(crate) fn put_claim(
 ) -> Result<(), StoreError> {
     let (now_ms, until_ms) = span;
     tx.execute(
-        "INSERT INTO hermes_decompose_claims
-             (task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-         ON CONFLICT(task_id) DO UPDATE SET
-             attempt = excluded.attempt, origin = excluded.origin, owner = excluded.owner,
-             claimed_at_ms = excluded.claimed_at_ms, until_ms = excluded.until_ms,
-             lease = excluded.lease",
+        &format!(
+            "INSERT INTO hermes_decompose_claims
+                 (task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease, boot,
+                  claimed_boot_ms, until_boot_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, {}, {}, {})
+             ON CONFLICT(task_id) DO UPDATE SET
+                 attempt = excluded.attempt, origin = excluded.origin, owner = excluded.owner,
+                 claimed_at_ms = excluded.claimed_at_ms, until_ms = excluded.until_ms,
+                 lease = excluded.lease, boot = excluded.boot,
+                 claimed_boot_ms = excluded.claimed_boot_ms,
+                 until_boot_ms = excluded.until_boot_ms",
+            frame::boot_id(),
+            frame::boot_ms_of("?5"),
+            frame::boot_ms_of("?6"),
+        ),
         params![
             task_id,
             attempt,
@@ -332,8 +344,12 @@ pub(crate) fn abandon(
         format!("abandoned: {why} before recording how this request went; it may have been billed");
     let closed = tx
         .execute(
-            "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, detail = ?5
-             WHERE task_id = ?1 AND attempt = ?2 AND outcome = ?6",
+            &format!(
+                "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, ended_boot_ms = {},
+                     detail = ?5
+                 WHERE task_id = ?1 AND attempt = ?2 AND outcome = ?6",
+                super::ledger::ended_boot_ms("?4")
+            ),
             params![
                 claim.task_id,
                 claim.attempt,
@@ -419,12 +435,14 @@ fn unclaimed_rows(conn: &Connection) -> Result<i64, StoreError> {
 
 fn close_unclaimed_rows(tx: &Transaction<'_>, now_ms: i64) -> Result<usize, StoreError> {
     tx.execute(
-        "UPDATE hermes_aux_ledger SET outcome = ?1, ended_at_ms = ?2,
+        &format!("UPDATE hermes_aux_ledger SET outcome = ?1, ended_at_ms = ?2, ended_boot_ms = {},
              detail = 'left in flight by a process that ended before recording how it went; it may have been billed'
          WHERE outcome = ?3
            AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                            WHERE c.task_id = hermes_aux_ledger.task_id
                              AND c.attempt = hermes_aux_ledger.attempt)",
+            super::ledger::ended_boot_ms("?2")
+        ),
         params![
             LedgerOutcome::Unknown.as_str(),
             now_ms,

@@ -328,7 +328,6 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
             failed,
             refunded: vec![],
             parked: vec![parked_at_last_attempt(&last)],
-            ..Recovered::default()
         }
     );
     assert_eq!(outcomes(&store), ["unknown", "unknown", "unknown"]);

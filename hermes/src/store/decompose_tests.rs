@@ -579,7 +579,6 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
                     failed: vec![poison.clone()],
                     refunded: vec![],
                     parked: vec![parked_at_last_attempt(&poison)],
-                    ..Recovered::default()
                 }
             );
         }

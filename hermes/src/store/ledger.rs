@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::claims::claim_is_ours;
 use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
-use super::{lenient, SqlResultExt, Store, StoreError};
+use super::{frame, lenient, SqlResultExt, Store, StoreError};
 use crate::core::{BeginRefusal, LedgerOutcome, Origin};
 
 /// A ledger row about to be opened.
@@ -182,9 +182,14 @@ impl Store {
                 }
             }
             tx.execute(
-                "INSERT INTO hermes_aux_ledger
-                     (task_id, purpose, origin, attempt, try, started_at_ms, outcome, model)
-                 VALUES (?1, 'decompose', ?2, ?3, ?4, ?5, ?6, ?7)",
+                &format!(
+                    "INSERT INTO hermes_aux_ledger
+                         (task_id, purpose, origin, attempt, try, started_at_ms, outcome, model,
+                          boot, started_boot_ms)
+                     VALUES (?1, 'decompose', ?2, ?3, ?4, ?5, ?6, ?7, {}, {})",
+                    frame::boot_id(),
+                    frame::boot_ms_of("?5")
+                ),
                 params![
                     open.task_id,
                     open.origin.as_str(),
@@ -204,9 +209,13 @@ impl Store {
     pub fn ledger_close(&mut self, id: i64, close: &LedgerClose) -> Result<(), StoreError> {
         self.write(|tx| {
             tx.execute(
-                "UPDATE hermes_aux_ledger SET ended_at_ms = ?2, outcome = ?3, http_status = ?4,
-                     prompt_tokens = ?5, completion_tokens = ?6, detail = ?7
-                 WHERE id = ?1",
+                &format!(
+                    "UPDATE hermes_aux_ledger SET ended_at_ms = ?2, ended_boot_ms = {},
+                         outcome = ?3, http_status = ?4, prompt_tokens = ?5,
+                         completion_tokens = ?6, detail = ?7
+                     WHERE id = ?1",
+                    ended_boot_ms("?2")
+                ),
                 params![
                     id,
                     close.ended_at_ms,
@@ -232,8 +241,10 @@ impl Store {
     ) -> Result<UsageReport, StoreError> {
         self.read(|conn| {
             let since = since_ms.unwrap_or(i64::MIN);
+            // Each call's start in this reader's frame (see `store::frame`).
+            let started = started_seen("l");
             let mut stmt = conn
-                .prepare(
+                .prepare(&format!(
                     // Token sums are taken in two halves (the high and the low 32 bits of each
                     // row's count, a negative one as 0), so that no sum can overflow SQLite's
                     // integer (`SUM` fails on overflow): rows another tool wrote, or a provider
@@ -248,16 +259,16 @@ impl Store {
                             SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295),
                             s.attempts,
                             s.parked_at_ms IS NOT NULL,
-                            MAX(CAST(l.started_at_ms AS INTEGER)),
+                            MAX(CAST({started} AS INTEGER)),
                             SUM(l.outcome = :unknown),
                             SUM(l.outcome = :unreachable)
                      FROM hermes_aux_ledger l
                      LEFT JOIN tasks t ON t.id = l.task_id
                      LEFT JOIN hermes_decompose_state s ON s.task_id = l.task_id
-                     WHERE l.started_at_ms >= :since
+                     WHERE {started} >= :since
                      GROUP BY l.task_id
-                     ORDER BY MAX(l.started_at_ms) DESC, l.task_id",
-                )
+                     ORDER BY MAX({started}) DESC, l.task_id",
+                ))
                 .sql("reading the ledger")?;
             let bound = named_params! {
                 ":since": since,
@@ -292,7 +303,7 @@ impl Store {
             let mut cards: Vec<CardUsage> =
                 rows.collect::<Result<_, _>>().sql("reading the ledger")?;
             let mut by_model = conn
-                .prepare(
+                .prepare(&format!(
                     // As above, token sums in two halves.
                     "SELECT l.task_id, l.model,
                             SUM(l.outcome != ?2),
@@ -301,11 +312,11 @@ impl Store {
                             SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
                             SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295)
                      FROM hermes_aux_ledger l
-                     WHERE l.started_at_ms >= ?1
+                     WHERE {started} >= ?1
                      GROUP BY l.task_id, l.model
                      HAVING SUM(l.outcome != ?2) > 0
                      ORDER BY l.task_id, l.model",
-                )
+                ))
                 .sql("reading the ledger")?;
             let groups = by_model
                 .query_map(params![since, LedgerOutcome::Unreachable.as_str()], |r| {
@@ -375,6 +386,25 @@ impl Store {
             })
         })
     }
+}
+
+/// A ledger row's start, in the reader's frame, for the row aliased `alias`.
+pub(crate) fn started_seen(alias: &str) -> String {
+    frame::seen(
+        &format!("{alias}.started_at_ms"),
+        &format!("{alias}.boot"),
+        &format!("{alias}.started_boot_ms"),
+    )
+}
+
+/// A ledger row's end on its boot's clock, for an end `wall` written now: only when the row
+/// was opened on the reader's boot (its start's clock is the one the end is measured on).
+pub(crate) fn ended_boot_ms(wall: &str) -> String {
+    format!(
+        "CASE WHEN {} THEN {} END",
+        frame::same_boot("boot", "started_boot_ms"),
+        frame::boot_ms_of(wall)
+    )
 }
 
 /// A count SQLite summed (NULL for no rows), as a count.

@@ -12,13 +12,15 @@ mod decompose;
 #[cfg(test)]
 mod decompose_tests;
 mod files;
+mod frame;
+#[cfg(test)]
+mod frame_tests;
 mod guards;
 mod handle;
 mod ledger;
 mod lenient;
 mod pyjson;
 mod recovery;
-mod redate;
 pub(crate) mod schema;
 #[cfg(test)]
 mod tests;
@@ -52,7 +54,6 @@ pub use recovery::{
     AutoDecomposeSwitch, CallFilter, ClearedPause, LedgerCall, ResumeRecord, UnparkRefusal,
     Unparked,
 };
-pub use redate::{Redated, CLOCK_SKEW};
 
 /// How long a write waits for another writer before giving up with [`StoreError::Locked`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
@@ -439,6 +440,11 @@ pub struct Store {
     /// Set while a caller that has just [`refresh`](Store::refresh)ed runs its calls (a
     /// `BoardHandle` call): the files are not looked at again before each of them.
     refreshed: bool,
+    /// The reader's time frame as last set on the connection (see `store::frame`); `None`
+    /// until it is, and after the connection was reopened.
+    frame_set: std::cell::Cell<Option<crate::clock::Frame>>,
+    /// A frame to read and write with instead of this process's (tests of other boots).
+    frame_override: Option<crate::clock::Frame>,
 }
 
 impl fmt::Debug for Store {
@@ -540,6 +546,8 @@ impl Store {
             noticed: Vec::new(),
             checkpoint_every_commit: false,
             refreshed: false,
+            frame_set: std::cell::Cell::new(None),
+            frame_override: None,
         };
         if existed {
             store.probe()?;
@@ -642,6 +650,7 @@ impl Store {
     fn close_connection(&mut self) -> Result<(), StoreError> {
         let placeholder =
             Connection::open_in_memory().sql("replacing a connection to a swapped board file")?;
+        self.frame_set.set(None);
         drop(std::mem::replace(&mut self.conn, placeholder));
         Ok(())
     }
@@ -652,6 +661,7 @@ impl Store {
         // index again. Should the new one fail to open, the placeholder stays and the next
         // call tries again (the recorded files still differ from the paths).
         self.close_connection()?;
+        self.frame_set.set(None);
         self.conn = connect(&self.path, false)?;
         self.probe()?;
         self.configure()?;
@@ -823,6 +833,7 @@ impl Store {
         if !self.refreshed {
             self.refresh()?;
         }
+        self.sync_frame()?;
         let path = &self.path;
         let tx = self
             .conn
@@ -849,7 +860,32 @@ impl Store {
             }
             self.one_name(&now)?;
         }
+        self.sync_frame()?;
         f(&self.conn).map_err(|e| locate(&self.path, e))
+    }
+
+    /// Sets the reader's time frame on the connection when it moved since it was last set (a
+    /// step of the wall clock, see `crate::clock`): every statement after reads and writes the
+    /// board's times in it.
+    fn sync_frame(&self) -> Result<(), StoreError> {
+        let frame = self.frame_override.unwrap_or_else(crate::clock::frame);
+        if self.frame_set.get() != Some(frame) {
+            // Created on the connection's first use, not at its open: a file that is not a
+            // database must be refused by the probe first, untouched.
+            if self.frame_set.get().is_none() {
+                frame::install(&self.conn)?;
+            }
+            frame::set(&self.conn, frame)?;
+            self.frame_set.set(Some(frame));
+        }
+        Ok(())
+    }
+
+    /// Reads and writes the board's times in `frame` from now on, instead of this process's:
+    /// for tests of a reader on another boot.
+    #[cfg(test)]
+    pub(crate) fn use_frame(&mut self, frame: crate::clock::Frame) {
+        self.frame_override = Some(frame);
     }
 
     /// Creates a card and its `created` event (plus its links and decompose row) atomically.
