@@ -284,6 +284,8 @@ pub struct AuxClient {
     endpoint: reqwest::Url,
     /// `endpoint` as messages show it ([`shown_url`]).
     shown_endpoint: String,
+    /// The proxy requests go through (see `crate::proxy`), as messages show it.
+    shown_proxy: Option<String>,
     settings: AuxSettings,
     /// Provider-specific request fields merged into every body (see [`AuxClient::with_extra_body`]).
     extra_body: serde_json::Map<String, Value>,
@@ -436,7 +438,23 @@ impl AuxClient {
             headers.insert(header::AUTHORIZATION, value);
         }
 
-        let http = reqwest::Client::builder()
+        let proxy = crate::proxy::proxy_for(&endpoint, |name| std::env::var(name).ok());
+        // The client reads no proxy setting of its own: the one decided above (and named in the
+        // start line) is the one used.
+        let mut builder = reqwest::Client::builder().no_proxy();
+        let mut shown_proxy = None;
+        if let Some(proxy) = &proxy {
+            let invalid = |err: &dyn std::fmt::Display| {
+                AuxError::InvalidSettings(format!(
+                    "the proxy {} from the environment cannot be used: {err}",
+                    crate::output::redact(proxy)
+                ))
+            };
+            let url = reqwest::Url::parse(proxy).map_err(|err| invalid(&err))?;
+            shown_proxy = Some(shown_url(&url));
+            builder = builder.proxy(reqwest::Proxy::all(url).map_err(|err| invalid(&err))?);
+        }
+        let http = builder
             .user_agent(concat!("hermes/", env!("CARGO_PKG_VERSION")))
             // A connection that cannot even be opened in this time is a provider that cannot be
             // reached (nothing was sent), not a hung reply.
@@ -449,6 +467,7 @@ impl AuxClient {
 
         Ok(Self {
             http,
+            shown_proxy,
             shown_endpoint: shown_url(&endpoint),
             endpoint,
             settings,
@@ -492,6 +511,26 @@ impl AuxClient {
         &self.shown_endpoint
     }
 
+    /// The proxy requests go through, as it may be shown; `None` when they go direct.
+    pub fn shown_proxy(&self) -> Option<&str> {
+        self.shown_proxy.as_deref()
+    }
+
+    /// A 502 or 504 through a proxy is the proxy saying it could not reach the provider (or
+    /// heard nothing back in time): nothing reached the provider that it could bill, so it is
+    /// an unreachable provider (no card's budget spent, the board paused), not a failed attempt.
+    fn proxy_could_not_reach(&self, status: u16) -> Option<AuxError> {
+        let proxy = self.shown_proxy.as_deref()?;
+        matches!(status, 502 | 504).then(|| {
+            AuxError::Unreachable(Connection {
+                url: self.shown_endpoint.clone(),
+                detail: format!(
+                    "the proxy {proxy} answered HTTP {status}: it could not reach the provider"
+                ),
+            })
+        })
+    }
+
     /// Whether requests carry the base URL's userinfo as Basic auth: only when no key is set
     /// (a key takes its place, see [`AuxClient::new`]).
     pub fn sends_url_credentials(&self) -> bool {
@@ -519,6 +558,9 @@ impl AuxClient {
 
         let status = response.status();
         if !status.is_success() {
+            if let Some(error) = self.proxy_could_not_reach(status.as_u16()) {
+                return Err(error);
+            }
             let error = status_error(status.as_u16(), response.headers(), SystemTime::now());
             log_error_snippet(response, &error);
             return Err(error);

@@ -24,4 +24,5 @@ pub mod decompose;
 pub mod dispatch;
 pub mod output;
 pub mod process;
+pub mod proxy;
 pub mod store;

@@ -210,6 +210,7 @@ fn announce_start(
             board = %db_path.display(),
             tick_seconds,
             endpoint = billing.endpoint.as_str(),
+            proxy = billing.proxy.as_str(),
             model = billing.model.as_str(),
             api_key_from = billing.key.as_str(),
             "gateway started (kanban dispatcher on)"
@@ -636,6 +637,7 @@ impl Dispatcher {
                 if self.billing.as_ref() != Some(&billing) {
                     info!(
                         endpoint = billing.endpoint.as_str(),
+                        proxy = billing.proxy.as_str(),
                         model = billing.model.as_str(),
                         api_key_from = billing.key.as_str(),
                         "decompose calls now go to {}",

@@ -142,3 +142,100 @@ fn a_config_nested_too_deep_is_refused_at_once_naming_its_line(
     .at_most(0)
     .gap(GapKind::UnboundedConfigRead);
 }
+
+/// A host name that never resolves (RFC 2606): reached only through a proxy.
+const FAR_PROVIDER: &str = "http://provider.hermes-test.invalid/v1";
+
+/// The fake provider's address as a proxy URL (it answers absolute-form requests as a proxy
+/// relays them).
+fn proxy_at(board: &Board) -> String {
+    format!("http://{}", board.aux().address())
+}
+
+/// A proxy from the environment never carries a request to this machine: the key would go in
+/// the clear to a host that has no business with it.
+#[rstest]
+fn a_loopback_endpoint_is_never_sent_through_a_proxy(#[with(Config::plain())] board: Board) {
+    let aux = board.aux();
+    let card = board.create("an idea for the provider on this machine", &["--triage"]);
+    aux.reply(&card, Reply::default_single());
+    let nowhere = fixtures::closed_port::closed_port_url();
+    let proxies = ["HTTP_PROXY", "http_proxy", "ALL_PROXY"]
+        .into_iter()
+        .map(|name| (name.into(), nowhere.clone().into()))
+        .collect();
+    let decompose = board.cli_with_env(["kanban", "decompose", &card, "--json"], proxies);
+    let targets: Vec<String> = aux
+        .billed_calls()
+        .into_iter()
+        .map(|call| call.target)
+        .collect();
+
+    holds(
+        "the request went straight to the provider on this machine, not to the proxy",
+        decompose.code == Some(0) && targets == ["/v1/chat/completions"],
+    )
+    .note(|| format!("request targets: {targets:?}"))
+    .context(|| decompose.to_string())
+    .gap(GapKind::RequestOffContract);
+}
+
+#[rstest]
+#[case::answered(Reply::default_single(), Some(0), "ok")]
+#[case::proxy_could_not_reach(Reply::http_error(502, "Bad Gateway"), Some(1), "unreachable")]
+fn a_remote_endpoint_goes_through_the_proxy_and_its_502_costs_no_budget(
+    #[case] reply: Reply,
+    #[case] exit: Option<i32>,
+    #[case] outcome: &str,
+    #[with(Config::plain())] board: Board,
+) {
+    let aux = board.aux();
+    board.reconfigure(
+        board
+            .config()
+            .yaml(&format!("model:\n  base_url: '{FAR_PROVIDER}'\n")),
+    );
+    let card = board.create("an idea for a provider behind a proxy", &["--triage"]);
+    aux.reply(&card, reply);
+    let decompose = board.cli_with_env(
+        ["kanban", "decompose", &card, "--json"],
+        vec![("HTTP_PROXY".into(), proxy_at(&board).into())],
+    );
+    let targets: Vec<String> = aux
+        .billed_calls()
+        .into_iter()
+        .map(|call| call.target)
+        .collect();
+    let ledger: Vec<String> = board
+        .rows()
+        .ledger(&card)
+        .iter()
+        .map(|row| row.outcome.clone())
+        .collect();
+    let attempts = board
+        .rows()
+        .decompose_state(&card)
+        .and_then(|state| state.columns["attempts"].as_i64());
+
+    holds(
+        "the request went to the proxy, naming the provider's URL",
+        targets == [format!("{FAR_PROVIDER}/chat/completions")],
+    )
+    .note(|| format!("request targets: {targets:?}"))
+    .context(|| decompose.to_string())
+    .gap(GapKind::RequestOffContract);
+    Findings::new()
+        .equal("exit code", &decompose.code, &exit)
+        .equal("ledger outcomes", &ledger, &vec![outcome.to_owned()])
+        .equal(
+            "attempts counted on the card",
+            &attempts,
+            &Some(i64::from(outcome == "ok")),
+        )
+        .verdict(format!(
+            "through a proxy, a {outcome} answer is recorded as such (a 502 is the proxy's: \
+             the provider was not reached, no budget spent)"
+        ))
+        .context(|| format!("{decompose}\n{}", board.diag(&card)))
+        .gap(GapKind::UnreachableCharged);
+}

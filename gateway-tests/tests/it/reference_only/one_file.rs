@@ -115,7 +115,11 @@ fn a_board_moved_to_another_home_is_dispatched_there_and_not_recreated_here(
         let to = std::path::PathBuf::from(format!("{}{suffix}", home.db_path().display()));
         if from.exists() {
             if let Err(error) = std::fs::rename(&from, &to) {
-                panic!("cannot move {} to {}: {error}", from.display(), to.display());
+                panic!(
+                    "cannot move {} to {}: {error}",
+                    from.display(),
+                    to.display()
+                );
             }
         }
     }
@@ -133,7 +137,13 @@ fn a_board_moved_to_another_home_is_dispatched_there_and_not_recreated_here(
         .readiness(Readiness::Immediate, Duration::ZERO),
     );
     let created = board.cli_with_env(
-        ["kanban", "create", "an idea on the moved board", "--triage", "--json"],
+        [
+            "kanban",
+            "create",
+            "an idea on the moved board",
+            "--triage",
+            "--json",
+        ],
         fixtures::env::for_target(&home, target),
     );
     let card = created.json()["id"].as_str().unwrap_or_default().to_owned();

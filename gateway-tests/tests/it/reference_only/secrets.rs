@@ -306,8 +306,10 @@ fn a_secret_in_any_form_is_in_no_output_and_not_in_the_board(
     .context(transcript)
     .gap(GapKind::SecretShown);
     holds(
-        "the start line shows the real path, with the query's values redacted",
-        log.contains("/v1/chat/completions?api-version=<redacted>&key=<redacted>"),
+        "the start line shows the real path, with the query's values redacted, and names the \
+         proxy (none for this machine)",
+        log.contains("/v1/chat/completions?api-version=<redacted>&key=<redacted>")
+            && log.contains("proxy=\"none (direct)\""),
     )
     .context(|| log.clone())
     .gap(GapKind::UnclearRefusal);

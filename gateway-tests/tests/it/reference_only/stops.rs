@@ -22,7 +22,10 @@ fn sigterm_ends_the_gateway_within_5_s_while_the_board_is_locked_by_another_proc
     #[with(Config::gateway().call_timeout(300.0).retries(0))] board: Board,
 ) {
     let aux = board.aux();
-    let card = board.create("in flight while another process locks the board", &["--triage"]);
+    let card = board.create(
+        "in flight while another process locks the board",
+        &["--triage"],
+    );
     aux.reply(&card, Reply::hang(HANG));
     let mut run = board.scenario();
     run.start().first_bill(&card);
@@ -51,7 +54,11 @@ fn sigterm_ends_the_gateway_within_5_s_while_the_board_is_locked_by_another_proc
     .note(|| stop_note(&stop))
     .gap(GapKind::SlowShutdown);
     no_graph_findings(&board, &card)
-        .equal("the attempt's ledger rows", &outcomes, &vec!["unknown".to_owned()])
+        .equal(
+            "the attempt's ledger rows",
+            &outcomes,
+            &vec!["unknown".to_owned()],
+        )
         .verdict("nothing half-written, and the attempt closed as `unknown` at the next start")
         .context(|| format!("{}\n{}", restarted.log(), board.diag(&card)))
         .gap(GapKind::FailureWroteRows);
