@@ -33,7 +33,7 @@ fn sigterm_ends_the_gateway_within_5_s_while_the_board_is_locked_by_another_proc
     // wait): every write of the gateway waits on it.
     let lock = board.rows().hold_write_lock();
     let seen = run.stop();
-    let stop = seen.stopped().clone();
+    let stop = *seen.stopped();
     drop(lock);
     // The next start closes the attempt the stopped gateway could not record.
     let mut restarted = board.scenario();
