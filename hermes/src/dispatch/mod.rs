@@ -332,6 +332,7 @@ fn config_condition(err: &ConfigError) -> String {
     match err {
         ConfigError::NotRegular { .. } => "config.yaml: not a regular file".to_owned(),
         ConfigError::TooLarge { .. } => "config.yaml: too large".to_owned(),
+        ConfigError::Changing { .. } => "config.yaml: being written".to_owned(),
         other => other.to_string(),
     }
 }
@@ -708,24 +709,56 @@ impl Dispatcher {
             return;
         };
         self.config_stamp = stamp;
-        match *result {
-            Ok(fresh) => {
-                crate::output::register_config(&fresh);
-                if self.config_notice.clear() {
-                    info!("config.yaml is valid again; using it");
-                }
-                for warning in self.config_warnings.fresh(&fresh) {
-                    warn!(key = %warning.key, "{warning}");
-                }
-                if *self.config != fresh {
-                    self.config = Arc::new(fresh);
-                    self.rebuild_context();
-                }
-            }
+        match (*result).and_then(|fresh| self.keeping_dropped_keys(fresh)) {
+            Ok(fresh) => self.apply_config(fresh),
             Err(err) => self.config_notice.warn_keyed(
                 &config_condition(&err),
                 &format!("{err}; keeping the last good configuration"),
             ),
+        }
+    }
+
+    /// `fresh` with the keys the running config sets and it does not kept at their running
+    /// values (see `Config::keeping`), with one WARN naming them.
+    fn keeping_dropped_keys(&self, fresh: Config) -> Result<Config, ConfigError> {
+        let dropped = self.dropped_keys(&fresh);
+        if dropped.is_empty() {
+            return Ok(fresh);
+        }
+        let kept = self
+            .config
+            .keeping(&fresh, &dropped, &self.home.config_path())?;
+        warn!(
+            "config.yaml no longer sets {}: keeping the running value of each (an edit caught \
+             mid-write drops keys too); a key left out is back at its default when the gateway \
+             restarts",
+            dropped.join(", ")
+        );
+        Ok(kept)
+    }
+
+    /// The keys the running config sets that `fresh` does not: a reload would drop each to its
+    /// default.
+    fn dropped_keys(&self, fresh: &Config) -> Vec<String> {
+        self.config
+            .set_keys
+            .difference(&fresh.set_keys)
+            .cloned()
+            .collect()
+    }
+
+    /// Runs with `fresh` from now on.
+    fn apply_config(&mut self, fresh: Config) {
+        crate::output::register_config(&fresh);
+        if self.config_notice.clear() {
+            info!("config.yaml is valid again; using it");
+        }
+        for warning in self.config_warnings.fresh(&fresh) {
+            warn!(key = %warning.key, "{warning}");
+        }
+        if *self.config != fresh {
+            self.config = Arc::new(fresh);
+            self.rebuild_context();
         }
     }
 
