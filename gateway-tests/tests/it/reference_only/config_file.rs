@@ -67,7 +67,7 @@ fn a_torn_in_place_edit_never_turns_the_kill_switch_back_on(
     let _ = file.flush();
     // Longer than a tick and than the reader's two reads: the half file is what it finds.
     run.watch(crate::support::span_of_ticks(target, crate::PROBE_TICKS));
-    let _ = file.write_all(whole[half.len()..].as_bytes());
+    let _ = file.write_all(&whole.as_bytes()[half.len()..]);
     drop(file);
     run.watch(crate::support::span_of_ticks(target, 1));
     let seen = run.stop();
