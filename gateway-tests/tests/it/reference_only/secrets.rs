@@ -207,13 +207,16 @@ const PASTED_KEY: &str = "sk-proj-Pasted0035Into4Yaml9";
 /// percent-encoded, the password decoded, and the basic-auth header it would have got.
 fn echoing_every_form() -> Reply {
     let basic = "b3BzOmh1bnRlckAwMDM1LXB3"; // base64("ops:hunter@0035-pw")
-    Reply::http_error(
-        400,
-        format!(
+    // A 200 whose body is a provider's error: its message is what the ledger keeps.
+    Reply::raw(
+        200,
+        "application/json",
+        json!({"error": {"message": format!(
             "bad request for key={QUERY_KEY} (as sent: key%3D{}) from ops:{DECODED_PASSWORD} \
              (Authorization: Basic {basic})",
             QUERY_KEY.replace('-', "%2D")
-        ),
+        )}})
+        .to_string(),
     )
 }
 
