@@ -206,7 +206,8 @@ const PASTED_KEY: &str = "sk-proj-Pasted0035Into4Yaml9";
 /// The provider echoes the secrets in the forms a provider would: the query's key as sent and
 /// percent-encoded, the password decoded, and the basic-auth header it would have got.
 fn echoing_every_form() -> Reply {
-    let basic = "b3BzOmh1bnRlckAwMDM1LXB3"; // base64("ops:hunter@0035-pw")
+    // base64("ops:hunter@0035-pw")
+    let basic = "b3BzOmh1bnRlckAwMDM1LXB3";
     // A 200 whose body is a provider's error: its message is what the ledger keeps.
     Reply::raw(
         200,
