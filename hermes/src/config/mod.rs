@@ -188,11 +188,35 @@ pub struct Config {
     /// What was ignored but looks like a mistake (an unknown key, a setting upstream's rules
     /// make ineffective), in file order; the CLI prints these on stderr, the gateway logs them.
     pub warnings: Vec<ConfigWarning>,
+    /// The file as read, kept to carry keys over a reload (see [`Config::keeping`]).
+    pub raw: RawConfig,
+}
+
+/// What a config file said, as read: kept to carry the keys a later read leaves out over a
+/// reload (see [`Config::keeping`]). It is no part of what the config means (two configs that
+/// mean the same are equal however they were written), and it is never printed: it holds the
+/// keys.
+#[derive(Clone, Default)]
+pub struct RawConfig {
+    /// The file's top-level mapping.
+    top: Mapping,
     /// The keys the file sets under `model`, `auxiliary` (and `auxiliary.kanban_decomposer`)
     /// and `kanban`, dotted: what a reload that no longer sets one of them would drop.
     pub set_keys: BTreeSet<String>,
-    /// The file's top-level mapping as read (see [`Config::keeping`]).
-    pub raw: Mapping,
+}
+
+impl PartialEq for RawConfig {
+    fn eq(&self, _: &RawConfig) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for RawConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawConfig")
+            .field("set_keys", &self.set_keys)
+            .finish_non_exhaustive()
+    }
 }
 
 section! {
@@ -530,18 +554,26 @@ fn insert_at(top: &mut Mapping, parts: &[&str], value: Value) {
     }
 }
 
-/// The dotted keys `top` sets in the sections hermes reads (see [`Config::set_keys`]).
+/// The dotted keys hermes reads that `top` sets (see [`RawConfig::set_keys`]): keys only
+/// upstream reads, and misspelt ones, are no settings of ours to keep.
 fn set_keys(top: &Mapping) -> BTreeSet<String> {
+    let mut keys = written_keys(top);
+    keys.retain(|key| KEYS.iter().any(|spec| spec.key == key));
+    keys
+}
+
+/// The dotted keys `top` writes in the sections hermes reads.
+fn written_keys(top: &Mapping) -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
     for section in ["model", "auxiliary", "kanban"] {
-        let Some(value) = top.get(section) else {
+        let Some(value) = top.get(section).filter(|value| !value.is_null()) else {
             continue;
         };
         let Value::Mapping(entries) = value else {
             keys.insert(section.to_owned());
             continue;
         };
-        for (key, value) in entries {
+        for (key, value) in entries.iter().filter(|(_, value)| !value.is_null()) {
             let Some(key) = key.as_str() else { continue };
             match value {
                 Value::Mapping(own) if section == "auxiliary" && key == "kanban_decomposer" => {
@@ -654,10 +686,10 @@ impl Config {
         dropped: &[String],
         path: &Path,
     ) -> Result<Config, ConfigError> {
-        let mut merged = fresh.raw.clone();
+        let mut merged = fresh.raw.top.clone();
         for key in dropped {
             let parts: Vec<&str> = key.split('.').collect();
-            if let Some(value) = lookup(&self.raw, &parts) {
+            if let Some(value) = lookup(&self.raw.top, &parts) {
                 insert_at(&mut merged, &parts, value.clone());
             }
         }
@@ -686,8 +718,10 @@ impl Config {
             model,
             auxiliary,
             kanban,
-            set_keys: set_keys(top),
-            raw: top.clone(),
+            raw: RawConfig {
+                top: top.clone(),
+                set_keys: set_keys(top),
+            },
             warnings: reader.warnings.into_inner(),
         })
     }

@@ -707,6 +707,7 @@ fn a_reload_that_drops_keys_keeps_their_running_values() {
     .unwrap();
     assert_eq!(
         running
+            .raw
             .set_keys
             .iter()
             .map(String::as_str)
@@ -725,8 +726,9 @@ fn a_reload_that_drops_keys_keeps_their_running_values() {
         "alone, a missing switch is its default"
     );
     let dropped: Vec<String> = running
+        .raw
         .set_keys
-        .difference(&torn.set_keys)
+        .difference(&torn.raw.set_keys)
         .cloned()
         .collect();
     let kept = running.keeping(&torn, &dropped, path).unwrap();

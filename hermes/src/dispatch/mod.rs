@@ -741,8 +741,9 @@ impl Dispatcher {
     /// default.
     fn dropped_keys(&self, fresh: &Config) -> Vec<String> {
         self.config
+            .raw
             .set_keys
-            .difference(&fresh.set_keys)
+            .difference(&fresh.raw.set_keys)
             .cloned()
             .collect()
     }
