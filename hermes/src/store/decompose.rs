@@ -336,7 +336,8 @@ fn due_rows(
         return Ok((Vec::new(), Vec::new()));
     }
     let reader: Option<String> = conn
-        .query_row("SELECT boot FROM temp.hermes_frame", [], |r| r.get(0))
+        .prepare_cached("SELECT boot FROM temp.hermes_frame")
+        .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
         .sql("reading the time frame")?;
     // Grows with what is found, never with `limit`: that comes from config and may be huge.
     let mut due: Vec<(i64, String)> = Vec::new();
@@ -364,13 +365,11 @@ fn due_rows(
 fn scheduled_boots(conn: &Connection) -> Result<Vec<Option<String>>, StoreError> {
     let mut boots = Vec::new();
     let unbooted: Option<i64> = conn
-        .query_row(
+        .prepare_cached(
             "SELECT 1 FROM hermes_decompose_state
              WHERE due_at_ms IS NOT NULL AND due_boot IS NULL LIMIT 1",
-            [],
-            |r| r.get(0),
         )
-        .optional()
+        .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)).optional())
         .sql("looking for due cards")?;
     if unbooted.is_some() {
         boots.push(None);

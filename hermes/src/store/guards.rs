@@ -169,24 +169,24 @@ pub(crate) fn unreachable_pause(conn: &Connection) -> Result<Option<Pause>, Stor
 }
 
 fn pause_at(conn: &Connection, key: &str) -> Result<Option<Pause>, StoreError> {
-    conn.query_row(
-        &format!(
-            "SELECT {}, value, {} FROM hermes_board_state
-             WHERE key = ?1 AND until_ms IS NOT NULL",
-            frame::seen("until_ms", "boot", "until_boot_ms"),
-            frame::seen("updated_at_ms", "boot", "updated_boot_ms"),
-        ),
-        [key],
-        |r| {
-            Ok(Pause {
-                until_ms: r.get(0)?,
-                reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                set_at_ms: r.get(2)?,
+    let sql = format!(
+        "SELECT {}, value, {} FROM hermes_board_state
+         WHERE key = ?1 AND until_ms IS NOT NULL",
+        frame::seen("until_ms", "boot", "until_boot_ms"),
+        frame::seen("updated_at_ms", "boot", "updated_boot_ms"),
+    );
+    conn.prepare_cached(&sql)
+        .and_then(|mut stmt| {
+            stmt.query_row([key], |r| {
+                Ok(Pause {
+                    until_ms: r.get(0)?,
+                    reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    set_at_ms: r.get(2)?,
+                })
             })
-        },
-    )
-    .optional()
-    .sql("reading a board pause")
+            .optional()
+        })
+        .sql("reading a board pause")
 }
 
 /// Records the provider pause inside the caller's transaction; a pause already in force that

@@ -978,6 +978,13 @@ fn connect(path: &Path, create: bool) -> Result<Connection, StoreError> {
     // store checkpoints on close when its files are still its own (`Drop for Store`).
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
         .sql("keeping the WAL on close")?;
+    // The connection's time frame (`store::frame`) and SQLite's own sorts live in memory: a
+    // temporary file would cost every statement that reads the frame a write and a read.
+    conn.execute_batch("PRAGMA temp_store = MEMORY")
+        .sql("keeping temporary tables in memory")?;
+    // Room for every statement a tick runs (the default 16 made them evict each other, and a
+    // tick parse its SQL again every time).
+    conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
 
