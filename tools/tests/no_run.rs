@@ -87,7 +87,7 @@ fn a_broken_verdict_file_is_an_error_naming_the_line() {
     let (code, stdout, stderr) = conformance(dir.path(), &["--no-run"]);
     assert_eq!(code, 2, "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("line 6 is not a verdict record"),
+        stderr.contains("line 7 is not a verdict record"),
         "{stderr}"
     );
     assert!(

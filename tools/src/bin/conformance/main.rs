@@ -851,7 +851,11 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
             junit.display()
         );
     }
-    let verdicts = verdicts::read(&records_file_in(&ws.target_dir, &plan.name))?;
+    // The same for verdicts: fixtures' own tests also record some.
+    let verdicts: Vec<_> = verdicts::read(&records_file_in(&ws.target_dir, &plan.name))?
+        .into_iter()
+        .filter(|verdict| SUITE_PACKAGES.contains(&package_of(&verdict.test)))
+        .collect();
     let measured = seconds.is_some();
     let seconds = seconds.unwrap_or_else(|| {
         cases
