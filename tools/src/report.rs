@@ -137,6 +137,10 @@ pub struct Counts {
     pub not_run: usize,
 }
 
+/// The version of `report.json`'s shape (documented in `docs/report.md`); raised on any change a
+/// reader of the file would notice.
+pub const FORMAT_VERSION: u32 = 1;
+
 /// The promises of contract §7 and the contracts around them, in words: (label, short, long).
 const BOUNDS: &[(&str, &str, &str)] = &[
     (
@@ -556,8 +560,11 @@ impl Report {
         out
     }
 
+    /// The report for tools, in the shape `docs/report.md` documents under
+    /// [`FORMAT_VERSION`].
     pub fn json(&self) -> Value {
         json!({
+            "format_version": FORMAT_VERSION,
             "date": self.date,
             "all_held": self.all_held(),
             "targets": self.runs.iter().enumerate().map(|(index, run)| {
@@ -570,10 +577,11 @@ impl Report {
                     "pace": run.pace,
                     "counts": {
                         "pass": c.pass, "known_gap": c.known_gap, "fixed": c.fixed,
-                        "fail": c.fail, "n/a": c.not_run,
+                        "fail": c.fail, "no_verdict": c.no_verdict, "n/a": c.not_run,
                     },
                 })
             }).collect::<Vec<_>>(),
+            "grid": self.grid_json(),
             "rows": self.rows.iter().map(|row| json!({
                 "test": row.key,
                 "package": row.package,
@@ -590,6 +598,36 @@ impl Report {
                 }).collect::<serde_json::Map<String, Value>>(),
             })).collect::<Vec<_>>(),
         })
+    }
+
+    /// The grid: per row its bound and, per target, the test keys under each status.
+    fn grid_json(&self) -> Value {
+        let grid = Grid::of(self);
+        Value::Array(
+            grid.rows
+                .iter()
+                .map(|row| {
+                    let cells: serde_json::Map<String, Value> = grid
+                        .targets
+                        .iter()
+                        .zip(&row.cells)
+                        .map(|(target, tally)| {
+                            let statuses: serde_json::Map<String, Value> = tally
+                                .tests
+                                .iter()
+                                .map(|(status, rows)| {
+                                    let keys: Vec<&str> =
+                                        rows.iter().map(|i| self.rows[*i].key.as_str()).collect();
+                                    (status.slug().to_owned(), json!(keys))
+                                })
+                                .collect();
+                            (target.clone(), Value::Object(statuses))
+                        })
+                        .collect();
+                    json!({ "bound": row.bound, "words": row.words(), "cells": cells })
+                })
+                .collect(),
+        )
     }
 }
 

@@ -180,3 +180,38 @@ fn targets_and_their_flags_are_checked_before_anything_runs() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn the_page_the_verdicts_junit_and_the_step_summary_are_written() {
+    let dir = target_dir_with_samples();
+    let step_summary = dir.path().join("step-summary.md");
+    std::fs::write(&step_summary, "earlier step\n").unwrap();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_conformance"))
+        .args(["--target", "all", "--no-run"])
+        .current_dir(workspace)
+        .env("CARGO_TARGET_DIR", dir.path())
+        .env("GITHUB_STEP_SUMMARY", &step_summary)
+        .output()
+        .expect("running conformance");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the samples hold a FAIL: {stdout}"
+    );
+    let page = std::fs::read_to_string(dir.path().join("conformance/report.html")).unwrap();
+    assert!(page.starts_with("<!doctype html>"), "{page}");
+    assert!(page.contains("<table id=\"grid\">"), "{page}");
+    let junit = std::fs::read_to_string(dir.path().join("conformance/verdicts-junit.xml")).unwrap();
+    assert!(junit.contains("type=\"known gap\""), "{junit}");
+    let summary = std::fs::read_to_string(&step_summary).unwrap();
+    assert!(
+        summary.starts_with("earlier step\n## Conformance"),
+        "appended: {summary}"
+    );
+    assert!(
+        summary.contains("| bound (tests) | reference | upstream |"),
+        "{summary}"
+    );
+}

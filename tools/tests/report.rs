@@ -240,3 +240,92 @@ fn markdown_and_json_keep_every_verdict() {
         Some("known_gap")
     );
 }
+
+#[test]
+fn the_json_is_versioned_and_carries_the_grid() {
+    let json = report().json();
+    assert_eq!(json["format_version"], tools::report::FORMAT_VERSION);
+    let grid = json["grid"].as_array().unwrap();
+    let b1 = grid.iter().find(|row| row["bound"] == "B1").unwrap();
+    assert_eq!(b1["words"], "B1 budget");
+    assert_eq!(
+        b1["cells"]["upstream"]["known-gap"],
+        serde_json::json!([
+            "gateway-tests::seed::failing_triage_card_is_not_rebilled_every_tick::malformed"
+        ])
+    );
+    let oracle = grid.iter().find(|row| row["bound"] == "oracle").unwrap();
+    assert_eq!(
+        oracle["cells"]["reference"]["held"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(json["targets"][1]["counts"]["no_verdict"], 1);
+}
+
+/// The opening tag `<name …>` in `xml`, or nothing.
+fn element<'x>(xml: &'x str, name: &str) -> &'x str {
+    let Some(start) = xml.find(&format!("<{name} ")) else {
+        return "";
+    };
+    let end = xml[start..].find('>').map_or(xml.len(), |end| start + end);
+    &xml[start..end]
+}
+
+#[test]
+fn the_verdicts_junit_marks_a_known_gap_as_no_plain_pass() {
+    let xml = tools::verdict_junit::write(&report()).unwrap();
+    let case = |key: &str, target: &str| -> String {
+        let suite_start = xml
+            .find(&format!("<testsuite name=\"conformance: {target}\""))
+            .unwrap_or_else(|| panic!("no suite for {target}:\n{xml}"));
+        let suite = &xml[suite_start..];
+        let suite = &suite[..suite.find("</testsuite>").unwrap()];
+        let start = suite
+            .find(&format!("<testcase name=\"{key}\""))
+            .unwrap_or_else(|| panic!("no case {key} on {target}:\n{xml}"));
+        let end = suite[start..].find("</testcase>").unwrap();
+        suite[start..start + end].to_owned()
+    };
+    let seed = "gateway-tests::seed::failing_triage_card_is_not_rebilled_every_tick";
+    let known = case(&format!("{seed}::malformed"), "upstream");
+    assert!(
+        element(&known, "skipped").contains("type=\"known gap\""),
+        "{known}"
+    );
+    assert!(known.contains("known gap #118872"), "{known}");
+    let passed = case(&format!("{seed}::malformed"), "reference");
+    assert!(
+        !passed.contains("<skipped") && !passed.contains("<failure") && !passed.contains("<error"),
+        "{passed}"
+    );
+    let fixed = case(&format!("{seed}::http_500"), "upstream");
+    assert!(
+        fixed.contains("name=\"verdict\" value=\"fixed? (listed #118603)\""),
+        "{fixed}"
+    );
+    let failed = case(
+        "cli-tests::seed::huge_decompose_reply_is_bounded",
+        "upstream",
+    );
+    assert!(
+        element(&failed, "failure").contains("type=\"FAIL\""),
+        "{failed}"
+    );
+    let no_verdict = case(
+        "gateway-tests::restarts::poison_card_budget_survives_restarts_and_sigkill_mid_call",
+        "upstream",
+    );
+    assert!(
+        element(&no_verdict, "error").contains("type=\"no verdict\""),
+        "{no_verdict}"
+    );
+    assert!(
+        !xml.contains(
+            "poison_card_budget_survives_restarts_and_sigkill_mid_call\" classname=\"reference"
+        ),
+        "a test not run on a target is not in its suite"
+    );
+}

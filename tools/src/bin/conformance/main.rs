@@ -250,18 +250,29 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     }
     let markdown = report.markdown();
     let written = ws.write_report(out_dir, "report", &markdown, &report.json())?;
-    // The short form the docs embed (`cargo docs --take conformance`).
+    let commit = tools::workspace::head_commit(&ws.root);
+    // The short form the docs embed (`cargo docs --take conformance`), and CI's step summary.
+    let summary = report.compact_markdown(&commit);
+    std::fs::write(written.with_file_name("summary.md"), &summary)
+        .context("writing the report's summary")?;
     std::fs::write(
-        written.with_file_name("summary.md"),
-        report.compact_markdown(&tools::workspace::head_commit(&ws.root)),
+        written.with_file_name("report.html"),
+        tools::html::page(&report, &commit),
     )
-    .context("writing the report's summary")?;
+    .context("writing report.html")?;
+    std::fs::write(
+        written.with_file_name("verdicts-junit.xml"),
+        tools::verdict_junit::write(&report)?,
+    )
+    .context("writing verdicts-junit.xml")?;
+    add_to_step_summary(&summary)?;
     if args.table {
         println!("\n{markdown}");
     }
     println!("\n{}", report.summary());
     println!(
-        "full table: {} (and report.json; per target: <target>.md){}",
+        "full table: {} (and report.html, report.json, verdicts-junit.xml; per target: \
+         <target>.md){}",
         written.display(),
         if args.table {
             ""
@@ -276,6 +287,25 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         );
     }
     Ok(report.all_held())
+}
+
+/// On GitHub Actions, the short form goes to the job's page (`$GITHUB_STEP_SUMMARY`, a file
+/// each step appends Markdown to).
+fn add_to_step_summary(summary: &str) -> anyhow::Result<()> {
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| {
+            format!(
+                "opening $GITHUB_STEP_SUMMARY ({})",
+                PathBuf::from(&path).display()
+            )
+        })?;
+    writeln!(file, "## Conformance\n\n{summary}").context("writing $GITHUB_STEP_SUMMARY")
 }
 
 /// The targets `args` asks for: whether the reference is one, and the external builds.
