@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`workspace`] | the workspace's root and target dir, and nested cargo calls |
 //! | [`upstream`] | upstream hermes-agent builds (pinned, or a fix under review) in their own venvs |
+//! | [`gaps_draft`] | `--write-gaps`: a gap list drafted from a run's failures, checked to excuse them |
 //! | [`grid`] | the bound × target grid, counted in tests, with the oracle's row |
 //! | [`html`] | the grid as one self-contained HTML page, each count linking to its tests |
 //! | [`junit`] | nextest's JUnit report, read with `quick-junit` |
@@ -14,6 +15,7 @@
 //! | [`verdict_junit`] | the verdicts as JUnit: a known gap is a skip, no verdict an error |
 //! | [`report`] | the runs laid out: terminal summary, Markdown table, JSON |
 
+pub mod gaps_draft;
 pub mod grid;
 pub mod html;
 pub mod junit;

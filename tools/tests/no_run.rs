@@ -215,3 +215,37 @@ fn the_page_the_verdicts_junit_and_the_step_summary_are_written() {
         "{summary}"
     );
 }
+
+#[test]
+fn write_gaps_drafts_one_external_targets_list_from_its_last_run() {
+    let dir = target_dir_with_samples();
+    let draft = dir.path().join("draft.yaml");
+    let draft_arg = draft.to_str().unwrap();
+    let (code, stdout, stderr) = conformance(
+        dir.path(),
+        &[
+            "--target",
+            "upstream",
+            "--no-run",
+            "--write-gaps",
+            draft_arg,
+        ],
+    );
+    assert_eq!(code, 1, "the samples hold a FAIL: {stdout}\n{stderr}");
+    assert!(stdout.contains("gap list drafted: "), "{stdout}");
+    let yaml = std::fs::read_to_string(&draft).unwrap();
+    let list = fixtures::gaps::GapList::parse(&yaml, "draft").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        list.name(),
+        "upstream-0.19.0",
+        "the list in force, extended"
+    );
+    assert!(yaml.contains("reason: 'TODO"), "{yaml}");
+
+    let (code, _, stderr) = conformance(dir.path(), &["--no-run", "--write-gaps", draft_arg]);
+    assert_eq!(code, 2, "the reference has no gaps: {stderr}");
+    assert!(
+        stderr.contains("--write-gaps drafts the gap list of one external target"),
+        "{stderr}"
+    );
+}

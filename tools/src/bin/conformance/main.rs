@@ -106,6 +106,12 @@ struct Args {
     /// Print every schedule and each of its steps as it runs.
     #[arg(long, requires = "explore")]
     verbose: bool,
+    /// Also draft a gap list from the run's failures into FILE (the YAML of fixtures/gaps/):
+    /// the list in force, plus each failure's test, verdict, kind, a pattern made from its
+    /// message and `reason: TODO`, for a maintainer to review. One external target only; with
+    /// --no-run, from its last run.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["explore", "install_only"])]
+    write_gaps: Option<PathBuf>,
     /// Passed on to `cargo nextest run`, e.g. `-- -E 'test(seed)'`.
     #[arg(last = true, value_name = "NEXTEST ARGS")]
     nextest: Vec<String>,
@@ -182,6 +188,12 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let ws = Workspace::locate()?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let (wants_reference, externals) = select(&ws, args, &cwd)?;
+    if args.write_gaps.is_some() && (wants_reference || externals.len() != 1) {
+        bail!(
+            "--write-gaps drafts the gap list of one external target: pick it with --target NAME \
+             or --cmd (the reference has no gaps)"
+        );
+    }
     preflight(&ws, args, &externals)?;
     if args.explore {
         return run_explorer(&ws, args, wants_reference, &externals);
@@ -266,6 +278,9 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     )
     .context("writing verdicts-junit.xml")?;
     add_to_step_summary(&summary)?;
+    if let Some(file) = &args.write_gaps {
+        write_gaps(&report, &plans, &commit, &cwd.join(file))?;
+    }
     if args.table {
         println!("\n{markdown}");
     }
@@ -287,6 +302,35 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         );
     }
     Ok(report.all_held())
+}
+
+/// `--write-gaps`: the one external target's draft, written to `file`.
+fn write_gaps(report: &Report, plans: &[Plan], commit: &str, file: &Path) -> anyhow::Result<()> {
+    let (index, plan) = plans
+        .iter()
+        .enumerate()
+        .find(|(_, plan)| plan.name != REFERENCE)
+        .context("no external target to draft a gap list for")?;
+    let list = fixtures::gaps::GapList::for_target(&plan.name, Some(&plan.gaps))
+        .with_context(|| format!("reading the gap list `{}`", plan.gaps))?;
+    let header = format!(
+        "Drafted by `cargo conformance --write-gaps` from the `{}` run of {} at {commit}, judged\n\
+         by the list `{}`. Review every entry, its pattern above all, and give each TODO a reason\n\
+         (and an issue) before you use it: `cargo conformance --target … --gaps {}`.",
+        plan.name,
+        report.date,
+        plan.gaps,
+        file.display()
+    );
+    let yaml = tools::gaps_draft::draft(report, index, &list, &header)?;
+    std::fs::write(file, &yaml).with_context(|| format!("writing {}", file.display()))?;
+    let todo = yaml.matches("reason: 'TODO").count();
+    println!(
+        "gap list drafted: {} ({todo} entr{} to review, marked TODO)",
+        file.display(),
+        if todo == 1 { "y" } else { "ies" }
+    );
+    Ok(())
 }
 
 /// On GitHub Actions, the short form goes to the job's page (`$GITHUB_STEP_SUMMARY`, a file
