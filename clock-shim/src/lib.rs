@@ -16,6 +16,8 @@
 //! scripts' output directories), at the same place under the target directory that holds the
 //! running test binary.
 
+#![warn(missing_docs)]
+
 use std::path::{Path, PathBuf};
 
 /// The variable naming the file the shim reads its offset from (`+86400` moves the clock a day

@@ -26,14 +26,20 @@ use crate::report::{bound_words, is_oracle, Cell, Mark, Report, BOUND_LABELS};
 /// How one test came out for one bound on one target, in the order the grid shows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Status {
+    /// Its verdicts on the bound held (the oracle's row: its run kept every invariant).
     Held,
+    /// One failed as the gap list says.
     KnownGap,
+    /// A listed gap did not fire.
     Fixed,
+    /// One failed otherwise, or the test failed outside its verdicts.
     Fail,
+    /// It concluded nothing about the bound.
     NoVerdict,
 }
 
 impl Status {
+    /// Every status, in the grid's order.
     pub const ALL: [Status; 5] = [
         Status::Held,
         Status::KnownGap,
@@ -75,6 +81,7 @@ pub const ORACLE: &str = "oracle";
 /// One grid cell: the tests (indexes into [`Report::rows`]) under each status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tally {
+    /// Each status's tests, as indexes into the report's rows.
     pub tests: BTreeMap<Status, Vec<usize>>,
 }
 
@@ -83,10 +90,12 @@ impl Tally {
         self.tests.entry(status).or_default().push(row);
     }
 
+    /// How many tests have `status`.
     pub fn count(&self, status: Status) -> usize {
         self.tests.get(&status).map_or(0, Vec::len)
     }
 
+    /// Whether no test counts here.
     pub fn is_empty(&self) -> bool {
         self.tests.values().all(Vec::is_empty)
     }
@@ -109,11 +118,14 @@ impl Tally {
 /// One row: a bound (`B1`, `cli`, …, [`NO_BOUND`] or [`ORACLE`]) and a tally per target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GridRow {
+    /// `B1`, `cli`, …, [`NO_BOUND`] or [`ORACLE`].
     pub bound: String,
+    /// One tally per target, in the report's order.
     pub cells: Vec<Tally>,
 }
 
 impl GridRow {
+    /// Whether this is the oracle's row.
     pub fn is_oracle(&self) -> bool {
         self.bound == ORACLE
     }
@@ -132,11 +144,14 @@ impl GridRow {
 /// named none, then the oracle's row when it judged anything.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grid {
+    /// The targets' names, one per column.
     pub targets: Vec<String>,
+    /// The rows, in order.
     pub rows: Vec<GridRow>,
 }
 
 impl Grid {
+    /// The grid of `report` (see the module docs).
     pub fn of(report: &Report) -> Grid {
         let targets: Vec<String> = report.runs.iter().map(|run| run.name.clone()).collect();
         let mut bounds: Vec<String> = BOUND_LABELS.iter().map(|b| (*b).to_owned()).collect();

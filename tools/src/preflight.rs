@@ -107,8 +107,11 @@ pub fn meets(requirement: &str, version: Version) -> anyhow::Result<bool> {
 pub struct Answer {
     /// `None`: still running at the timeout (it was killed).
     pub code: Option<i32>,
+    /// What it printed on stdout.
     pub stdout: String,
+    /// What it printed on stderr.
     pub stderr: String,
+    /// How long it took.
     pub seconds: f64,
 }
 
