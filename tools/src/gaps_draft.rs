@@ -9,11 +9,12 @@
 //! glob; so does a test whose listing names no `bound`. What no listing can excuse (`FAIL (no verdict)`, a kind that is never a gap, a test
 //! that failed outside its verdicts) is named in comments at the end.
 //!
-//! A pattern is the message's first statement (up to its first `; `, before the notes), escaped, with its numbers made general where they
-//! vary from run to run: a card id `t_…` becomes `t_[0-9a-f]+`, a decimal `[0-9.]+`, and a whole
-//! number `\d+`, except the verdict's own limit, a number glued to letters (`B5`), and an HTTP
-//! status, which stay as they are. The draft is checked before it is written: parsed as the suite
-//! parses a list, every drafted failure must be a known gap under it.
+//! A pattern is the message's statement and first note (up to its second `; `), escaped, with
+//! its numbers made general where they vary from run to run: a card id `t_…` becomes
+//! `t_[0-9a-f]+`, a decimal `[0-9.]+`, and a whole number `\d+`, except the verdict's own limit,
+//! a number glued to letters (`B5`), an HTTP status and an exit code or signal (`Some(15)`),
+//! which stay as they are. The draft is checked before it is written: parsed as the suite parses
+//! a list, every drafted failure must be a known gap under it.
 
 use std::fmt::Write as _;
 
@@ -51,11 +52,15 @@ pub fn listed_words(what: &str) -> &str {
 
 /// The pattern drafted from a failure `message` whose verdict's limit is `limit`.
 pub fn pattern_of(message: &str, limit: u64) -> String {
-    // The verdict's own statement (`what: observed, expected … over window`); the notes after
-    // it vary more from run to run than the failure does.
+    // The verdict's statement (`what: observed, expected … over window`) and its first note,
+    // which most often says how it failed; later notes vary more from run to run.
     let first_line = message.lines().next().unwrap_or("").trim();
-    let statement = first_line.split("; ").next().unwrap_or(first_line);
-    let text: String = statement.chars().take(200).collect();
+    let statement = first_line
+        .splitn(3, "; ")
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let text: String = statement.chars().take(240).collect();
     let token = Regex::new(r"t_[0-9a-f]{6,}|\d+(?:\.\d+)+|\d+").expect("a valid regex");
     let mut pattern = String::new();
     let mut last = 0;
@@ -72,7 +77,11 @@ pub fn pattern_of(message: &str, limit: u64) -> String {
             r"t_[0-9a-f]+".to_owned()
         } else if token.contains('.') {
             "[0-9.]+".to_owned()
-        } else if glued || before.ends_with("HTTP ") || token.parse::<u64>().ok() == Some(limit) {
+        } else if glued
+            || before.ends_with("HTTP ")
+            || before.ends_with("Some(")
+            || token.parse::<u64>().ok() == Some(limit)
+        {
             regex::escape(token)
         } else {
             r"\d+".to_owned()
@@ -278,7 +287,7 @@ mod tests {
             r"doomed card billed \d+ aux decompose calls over \d+ proven ticks \(bound 3\)"
         );
         assert_eq!(
-            pattern_of("card t_1a2b3c4d: paid call at +4.25s during the 900 s pause of the HTTP 401 answered; x", 0),
+            pattern_of("card t_1a2b3c4d: paid call at +4.25s during the 900 s pause of the HTTP 401 answered", 0),
             r"card t_[0-9a-f]+: paid call at \+[0-9.]+s during the \d+ s pause of the HTTP 401 answered"
         );
         assert_eq!(
@@ -287,8 +296,15 @@ mod tests {
         );
         assert_eq!(pattern_of("first line (x)\nsecond", 0), r"first line \(x\)");
         assert_eq!(
-            pattern_of("bills: 4, expected at most 3; a note", 3),
-            r"bills: \d+, expected at most 3"
+            pattern_of("bills: 4, expected at most 3; a note of 2; another of 5", 3),
+            r"bills: \d+, expected at most 3; a note of \d+"
+        );
+        assert_eq!(
+            pattern_of(
+                "stops: 0; it ended with exit code None, signal Some(15) after SIGTERM",
+                1
+            ),
+            r"stops: \d+; it ended with exit code None, signal Some\(15\) after SIGTERM"
         );
         let pattern = Regex::new(&pattern_of("500 child rows [of 64]? *yes*", 64)).unwrap();
         assert!(pattern.is_match("612 child rows [of 64]? *yes* and more"));

@@ -103,7 +103,7 @@ fn a_drafted_list_excuses_the_failures_it_drafts_when_judged_again() {
         "{yaml}"
     );
     assert!(
-        yaml.contains(r"pattern: '(?:bills for doomed card: \d+, expected at most 3 over \d+ proven ticks, [0-9.]+ s)|(?:bills for doomed card \(board \d+\): \d+,"),
+        yaml.contains(r"pattern: '(?:bills for doomed card: \d+, expected at most 3 over \d+ proven ticks, [0-9.]+ s; card t_[0-9a-f]+ was billed at \+[0-9.]+s and every tick after)|(?:bills for doomed card \(board \d+\): \d+,"),
         "{yaml}"
     );
     assert!(
