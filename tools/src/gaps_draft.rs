@@ -60,7 +60,13 @@ pub fn pattern_of(message: &str, limit: u64) -> String {
         .take(2)
         .collect::<Vec<_>>()
         .join("; ");
-    let text: String = statement.chars().take(240).collect();
+    let mut text: String = statement.chars().take(240).collect();
+    if text.len() < statement.len() {
+        // Cut at a word's end: the pattern is searched for, so a prefix still matches.
+        if let Some(space) = text.rfind(' ') {
+            text.truncate(space);
+        }
+    }
     let token = Regex::new(r"t_[0-9a-f]{6,}|\d+(?:\.\d+)+|\d+").expect("a valid regex");
     let mut pattern = String::new();
     let mut last = 0;
