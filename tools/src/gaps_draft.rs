@@ -6,7 +6,8 @@
 //! a pattern made from its message, and `reason: TODO`. A listing that fired differently
 //! (a mismatch) is rewritten in place to what was seen, its old reason kept beside the TODO; a
 //! glob listing is left as it is and the test gets a listing of its own, which wins over the
-//! glob; so does a test whose listing names no `bound`. What no listing can excuse (`FAIL (no verdict)`, a kind that is never a gap, a test
+//! glob there and so also takes the glob's pattern as an alternative; so does a test whose
+//! listing names no `bound`. What no listing can excuse (`FAIL (no verdict)`, a kind that is never a gap, a test
 //! that failed outside its verdicts) is named in comments at the end.
 //!
 //! A pattern is the message's statement and first note (up to its second `; `), escaped, with
@@ -199,14 +200,25 @@ fn add(entries: &mut Vec<Entry>, verdict: &Record) {
             entry.pattern = pattern;
             entry.issue = None;
         }
-        None => entries.push(Entry {
-            test: verdict.test.clone(),
-            bound: Some(words.to_owned()),
-            kind: verdict.kind,
-            pattern,
-            issue: None,
-            reason: "TODO".to_owned(),
-        }),
+        None => {
+            // A glob listing (or one for the whole test) that this failure mismatched goes on
+            // excusing what it excused in this test: the new listing, which wins over it here,
+            // takes its pattern as an alternative when it is of the same kind.
+            let pattern = match &verdict.listed {
+                Some(listed) if listed.kind == verdict.kind => {
+                    format!("(?:{})|(?:{pattern})", listed.pattern)
+                }
+                _ => pattern,
+            };
+            entries.push(Entry {
+                test: verdict.test.clone(),
+                bound: Some(words.to_owned()),
+                kind: verdict.kind,
+                pattern,
+                issue: None,
+                reason: "TODO".to_owned(),
+            });
+        }
     }
 }
 

@@ -176,3 +176,36 @@ gaps:
     let after = judge_run(&drafted, tempfile::tempdir().unwrap().path(), 20);
     assert_eq!(after[..4], [Outcome::KnownGap; 4], "{yaml}");
 }
+
+#[test]
+fn a_test_drafted_beside_a_glob_keeps_what_the_glob_excused() {
+    // The glob excuses the failure without a note; this run's failure carries one: a mismatch.
+    let glob = GapList::parse(
+        r"list: fork-2
+gaps:
+  - test: '*'
+    bound: 'bills for doomed card'
+    kind: RebilledEveryTick
+    pattern: 'expected at most 3 over \d+ proven ticks, [0-9.]+ s$'
+    reason: no budget
+",
+        "fork-2",
+    )
+    .unwrap();
+    let first = tempfile::tempdir().unwrap();
+    assert_eq!(judge_run(&glob, first.path(), 14)[0], Outcome::Mismatch);
+    let yaml = tools::gaps_draft::draft(&report_of(first.path()), 0, &glob, "a draft").unwrap();
+    let drafted = GapList::parse(&yaml, "the draft").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    let own = drafted
+        .listing_for(SEED, "bills for doomed card")
+        .expect("the test's own listing");
+    assert!(!own.is_glob(), "{yaml}");
+    // The next run fails the way the glob excused (no note): the test's own listing, which now
+    // wins over the glob there, still excuses it.
+    let judge = Judge::new(TARGET, drafted.clone(), records_dir_in(first.path()), SEED);
+    let judged = bound("bills for doomed card", 9u64)
+        .at_most(3u64)
+        .over("5 proven ticks, 4.0 s")
+        .judged_quietly(&judge, GapKind::RebilledEveryTick);
+    assert_eq!(judged.outcome, Outcome::KnownGap, "{yaml}");
+}
