@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use crate::grid::{Grid, GridRow, Status, Tally};
+use crate::report::grid::{Grid, GridRow, Status, Tally};
 use crate::report::{format_seconds, is_oracle, Report};
 use crate::verdicts::Shown as _;
 

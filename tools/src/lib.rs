@@ -6,7 +6,7 @@
 //! | [`workspace`] | the workspace's root and target dir, and nested cargo calls |
 //! | [`upstream`] | upstream hermes-agent builds (pinned, or a fix under review) in their own venvs |
 //! | [`gaps_draft`] | `--write-gaps`: a gap list drafted from a run's failures, checked to excuse them |
-//! | [`grid`] | the bound × target grid, counted in tests, with the oracle's row |
+//! | [`report::grid`] | the bound × target grid, counted in tests, with the oracle's row |
 //! | [`html`] | the grid as one self-contained HTML page, each count linking to its tests |
 //! | [`junit`] | nextest's JUnit report, read with `quick-junit` |
 //! | [`preflight`] | what a run needs (nextest, Python, a `--cmd` that answers), checked up front |
@@ -16,7 +16,6 @@
 //! | [`report`] | the runs laid out: terminal summary, Markdown table, JSON |
 
 pub mod gaps_draft;
-pub mod grid;
 pub mod html;
 pub mod junit;
 pub mod preflight;

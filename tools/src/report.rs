@@ -11,9 +11,11 @@ use std::fmt::Write as _;
 use fixtures::verdict::{Outcome, Record};
 use serde_json::{json, Value};
 
-use crate::grid::Grid;
+pub mod grid;
+
 use crate::junit::Case;
 use crate::verdicts::{self, listed_label, short, Shown as _};
+use grid::Grid;
 
 /// What one target's run left behind.
 #[derive(Debug, Clone)]

@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 
 use fixtures::verdict::{Outcome, Record};
 
-use crate::report::{bound_words, is_oracle, Cell, Mark, Report, BOUND_LABELS};
+use super::{bound_words, is_oracle, Cell, Mark, Report, BOUND_LABELS};
 
 /// How one test came out for one bound on one target, in the order the grid shows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
