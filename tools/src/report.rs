@@ -213,7 +213,7 @@ const BOUNDS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The labels of [`BOUNDS`], in the order reports show them.
+/// The labels of the bounds a report knows, in the order reports show them.
 pub const BOUND_LABELS: [&str; BOUNDS.len()] = {
     let mut labels = [""; BOUNDS.len()];
     let mut index = 0;
