@@ -6,7 +6,7 @@
 //! | submodule | concern |
 //! |---|---|
 //! | `claims` | a holder frozen past its claim, taken over, applies nothing when it wakes; a holder /proc hides still holds |
-//! | `clock` | wall clocks jumped, ahead or behind, under the gateway and a sweep (faked `CLOCK_REALTIME`): waits measured by the boot's clock |
+//! | `clock` | wall clocks jumped, ahead or behind, under the gateway and a sweep (the clock shim fakes `CLOCK_REALTIME`): waits measured by the boot's clock |
 //! | `config_file` | config.yaml a FIFO, /dev/zero or 30 MB: one WARN saying what it is |
 //! | `explore` | the explorer's own checks, each made to fire by acting on the gateway from outside |
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |

@@ -6,9 +6,9 @@
 //! card early and no call past the ceiling; and what a gateway on a wrong clock billed shows in
 //! `usage --since` read on the right one.
 //!
-//! Wall clocks are moved with `fixtures::faketime`: only `CLOCK_REALTIME` is faked, the boot's
-//! clock runs true. Each test shows the fake clock reached the process it moved (log lines or
-//! rows dated by it).
+//! Wall clocks are moved by the clock shim (see `fixtures::faketime`): only `CLOCK_REALTIME` is
+//! faked, the boot's clock runs true. Each test shows the fake clock reached the process it moved
+//! (log lines or rows dated by it).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
