@@ -22,6 +22,7 @@ use regex::Regex;
 
 /// The crates whose inside is checked: one line each.
 const CRATES: &[&str] = &[
+    "hermes",
     "suite-records",
     "fake-server",
     "fixtures",

@@ -29,7 +29,9 @@ use std::time::Duration;
 use serde_json::{Map, Value as Json};
 use serde_norway::Value;
 
-use super::table::{other, seconds, secret, text, KeySpec};
+use super::table::{
+    leaf_count, leaves, other, seconds, secret, text, KeySpec, ReadBy, Setting, Shape,
+};
 use super::{
     keys, non_blank, read_dotenv, Config, ConfigError, DotEnv, Got, Home, NumericKey, Reader,
     Section,
@@ -460,9 +462,24 @@ fn provider_key_var(provider: &str) -> String {
     format!("{name}_API_KEY")
 }
 
+impl Setting for DecomposerConfig {
+    const SHAPE: Shape = Shape::Other;
+    fn read(reader: &Reader, s: &Section, _: &KeySpec) -> Result<Option<Self>, ConfigError> {
+        let own = reader.decomposer_section(s)?;
+        read(reader, &own).map(Some)
+    }
+    fn default_of(_: &KeySpec) -> Self {
+        <DecomposerConfig as Default>::default()
+    }
+}
+
+/// The names an unknown key under the section is checked against (`keys`): every key upstream
+/// defines or reads (this gateway reads them all), in the table's order.
+const KNOWN_LEAVES: &[&str] = &leaves::<{ leaf_count(KEYS, ReadBy::Either) }>(KEYS, ReadBy::Either);
+
 /// Reads the section; `section.map` is `None` when it is absent.
 pub(super) fn read(reader: &Reader, s: &Section) -> Result<DecomposerConfig, ConfigError> {
-    keys::check_decomposer(reader, s);
+    keys::check(reader, s, &[KNOWN_LEAVES]);
     let provider = reader
         .opt_string(s, "provider")?
         .map(|p| p.to_ascii_lowercase())
@@ -545,7 +562,7 @@ fn extra_body(reader: &Reader, s: &Section) -> Result<Map<String, Json>, ConfigE
         };
         let field = format!("{key}.{name}");
         let json = to_json(value).map_err(|problem| reader.invalid(&field, problem))?;
-        if let Some(why) = crate::aux_client::refused_body_field(name, &json) {
+        if let Some(why) = crate::core::extra_body::refused_body_field(name, &json) {
             return Err(reader.invalid(&field, why));
         }
         body.insert(name.clone(), json);

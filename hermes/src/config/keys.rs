@@ -10,10 +10,10 @@ use std::path::Path;
 use serde_norway::Value;
 
 use super::table::{leaf_count, leaves, ReadBy};
-use super::{decomposer, Config, Got, KanbanConfig, Reader, Section};
+use super::{Config, Got, KanbanConfig, Reader, Section};
 
 // The names a key is checked against, from the table (`table`) and in its order, which is
-// the order a tie between two equally close names is broken by.
+// the order a tie between two equally close names is broken by (`decomposer` keeps its own).
 
 /// `kanban.*` keys this gateway reads.
 const KANBAN_OURS: &[&str] = &leaves::<{ leaf_count(KanbanConfig::KEYS, ReadBy::Hermes) }>(
@@ -26,10 +26,6 @@ const KANBAN_UPSTREAM: &[&str] = &leaves::<{ leaf_count(KanbanConfig::KEYS, Read
     KanbanConfig::KEYS,
     ReadBy::Upstream,
 );
-
-/// `auxiliary.kanban_decomposer.*` keys upstream defines or reads (this gateway reads them all).
-const DECOMPOSER_KEYS: &[&str] =
-    &leaves::<{ leaf_count(decomposer::KEYS, ReadBy::Either) }>(decomposer::KEYS, ReadBy::Either);
 
 /// Something in `config.yaml` that was ignored but looks like a mistake.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,11 +73,9 @@ pub(super) fn check_kanban(reader: &Reader, s: &Section) {
     check(reader, s, &[KANBAN_OURS, KANBAN_UPSTREAM]);
 }
 
-pub(super) fn check_decomposer(reader: &Reader, s: &Section) {
-    check(reader, s, &[DECOMPOSER_KEYS]);
-}
-
-fn check(reader: &Reader, s: &Section, known: &[&[&str]]) {
+/// Reports each key of section `s` that is in none of the `known` lists (a section's leaf
+/// names, from the table), naming the closest known one.
+pub(super) fn check(reader: &Reader, s: &Section, known: &[&[&str]]) {
     let Some(map) = s.map else { return };
     for key in map.keys() {
         let name = match key {
@@ -111,6 +105,7 @@ fn closest<'k>(name: &str, candidates: impl Iterator<Item = &'k str>) -> &'k str
 
 #[cfg(test)]
 mod tests {
+    use super::super::KEYS;
     use super::*;
 
     fn warnings(text: &str) -> Vec<String> {
@@ -166,8 +161,11 @@ mod tests {
             text.push_str(&format!("  {key}: null\n"));
         }
         text.push_str("auxiliary:\n  kanban_decomposer:\n");
-        for key in DECOMPOSER_KEYS {
-            if *key != "fallback_chain" {
+        let decomposer = KEYS
+            .iter()
+            .filter_map(|row| row.key.strip_prefix("auxiliary.kanban_decomposer."));
+        for key in decomposer {
+            if key != "fallback_chain" {
                 text.push_str(&format!("    {key}: null\n"));
             }
         }

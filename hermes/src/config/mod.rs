@@ -25,7 +25,7 @@ pub use in_force::{InForce, Source, WrittenKeys};
 pub use keys::{ConfigWarning, WarningLog};
 pub use nesting::MAX_NESTING;
 pub use prices::{format_cost, Price, Prices, PRICES_KEY};
-pub use table::{keys_table, KeySpec, Kind, Range, Upstream, KEYS};
+pub use table::{KeySpec, Kind, Range, Upstream};
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -462,6 +462,26 @@ impl NumericKey {
             ),
         }
     }
+}
+
+/// The sections' rows, in the order they are read (and documented): gathered here, above
+/// the table's machinery (`table`) and the sections it describes (`decomposer`'s own among them).
+const SECTIONS: [&[KeySpec]; 5] = [
+    ModelConfig::KEYS,
+    AuxiliaryConfig::KEYS,
+    decomposer::KEYS,
+    KanbanConfig::KEYS,
+    AgentConfig::KEYS,
+];
+
+/// Every key of `config.yaml` that hermes or upstream hermes-agent reads under the sections
+/// hermes reads, in the order they are read.
+pub const KEYS: [KeySpec; table::rows_in(&SECTIONS)] = table::all_rows(&SECTIONS);
+
+/// The table of `docs/gateway.md` (the region `hermes-config`, which `cargo docs` rewrites):
+/// every key hermes reads, then the upstream keys it accepts and ignores.
+pub fn keys_table() -> String {
+    table::markdown(&KEYS)
 }
 
 /// Every numeric key `hermes` reads, with its range, in the table's order.

@@ -10,10 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 
-use super::{
-    decomposer, AgentConfig, AuxiliaryConfig, Beyond, ConfigError, DecomposerConfig, KanbanConfig,
-    ModelConfig, NumericKey, Prices, Reader, Section, Unit,
-};
+use super::{Beyond, ConfigError, NumericKey, Prices, Reader, Section, Unit};
 
 /// One key of `config.yaml`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -402,17 +399,6 @@ impl Setting for Prices {
     }
 }
 
-impl Setting for DecomposerConfig {
-    const SHAPE: Shape = Shape::Other;
-    fn read(reader: &Reader, s: &Section, _: &KeySpec) -> Result<Option<Self>, ConfigError> {
-        let own = reader.decomposer_section(s)?;
-        decomposer::read(reader, &own).map(Some)
-    }
-    fn default_of(_: &KeySpec) -> Self {
-        <DecomposerConfig as Default>::default()
-    }
-}
-
 /// Declares a section's config struct from its rows of the table: each field with the row it
 /// is read from, then (after `also`) the section's keys that fill no field. Generates the
 /// struct, its `Default` (every row's default), its reader (fields read in the order written,
@@ -477,20 +463,7 @@ macro_rules! section {
 }
 pub(super) use section;
 
-/// The sections' rows, in the order they are read (and documented).
-const SECTIONS: [&[KeySpec]; 5] = [
-    ModelConfig::KEYS,
-    AuxiliaryConfig::KEYS,
-    decomposer::KEYS,
-    KanbanConfig::KEYS,
-    AgentConfig::KEYS,
-];
-
-/// Every key of `config.yaml` that hermes or upstream hermes-agent reads under the sections
-/// hermes reads, in the order they are read.
-pub const KEYS: [KeySpec; rows_in(&SECTIONS)] = all_rows(&SECTIONS);
-
-const fn rows_in(sections: &[&[KeySpec]]) -> usize {
+pub(super) const fn rows_in(sections: &[&[KeySpec]]) -> usize {
     let mut count = 0;
     let mut i = 0;
     while i < sections.len() {
@@ -500,7 +473,7 @@ const fn rows_in(sections: &[&[KeySpec]]) -> usize {
     count
 }
 
-const fn all_rows<const N: usize>(sections: &[&[KeySpec]]) -> [KeySpec; N] {
+pub(super) const fn all_rows<const N: usize>(sections: &[&[KeySpec]]) -> [KeySpec; N] {
     let mut rows = [ignored(""); N];
     let mut n = 0;
     let mut i = 0;
@@ -594,15 +567,15 @@ pub(super) const fn leaves<const N: usize>(rows: &[KeySpec], by: ReadBy) -> [&'s
     leaves
 }
 
-/// The table of `docs/gateway.md` (the region `hermes-config`, which `cargo docs` rewrites):
-/// every key hermes reads, then the upstream keys it accepts and ignores.
-pub fn keys_table() -> String {
+/// The table of `docs/gateway.md` for `rows` (see [`super::keys_table`]): each key read, then
+/// the upstream keys accepted and ignored.
+pub(super) fn markdown(rows: &[KeySpec]) -> String {
     let mut out = String::from(
         "| key | holds | default | range | upstream hermes-agent | meaning |\n\
          |---|---|---|---|---|---|\n",
     );
     let mut ignored = Vec::new();
-    for row in &KEYS {
+    for row in rows {
         if row.kind == Kind::Ignored {
             ignored.push(format!("`{}`", row.key));
             continue;
@@ -675,91 +648,4 @@ fn shown_range(range: &Range, unit: &str) -> String {
         shown.push_str(&format!(" (more means {}, as upstream)", range.max));
     }
     shown
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
-    use super::*;
-
-    #[test]
-    fn every_key_is_named_once() {
-        let mut seen = BTreeSet::new();
-        for row in &KEYS {
-            assert!(seen.insert(row.key), "{} is in the table twice", row.key);
-        }
-    }
-
-    #[test]
-    fn each_section_holds_only_its_own_keys() {
-        for (section, rows) in [
-            ("model", ModelConfig::KEYS),
-            ("auxiliary", AuxiliaryConfig::KEYS),
-            ("auxiliary.kanban_decomposer", decomposer::KEYS),
-            ("kanban", KanbanConfig::KEYS),
-            ("agent", AgentConfig::KEYS),
-        ] {
-            for row in rows {
-                assert_eq!(
-                    row.key,
-                    format!("{section}.{}", row.leaf()),
-                    "a row of {section}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn each_default_lies_in_its_range() {
-        for row in &KEYS {
-            let (default, range) = match row.kind {
-                Kind::Whole {
-                    default: Some(d),
-                    range,
-                    ..
-                } => (f64::from(d), range),
-                Kind::Seconds {
-                    default: Some(d),
-                    range,
-                } => (d, range),
-                _ => continue,
-            };
-            assert!(
-                range.min <= default && default <= range.max,
-                "{}: default {default} outside {}..={}",
-                row.key,
-                range.min,
-                range.max
-            );
-        }
-    }
-
-    #[test]
-    fn every_key_read_here_is_documented_and_only_upstreams_are_ignored() {
-        for row in &KEYS {
-            let ignored = row.kind == Kind::Ignored;
-            assert_eq!(ignored, row.upstream == Upstream::Only, "{}", row.key);
-            assert_eq!(ignored, row.meaning.is_empty(), "{}", row.key);
-        }
-    }
-
-    #[test]
-    fn the_docs_table_shows_ranges_clamps_and_defaults() {
-        let table = keys_table();
-        for line in [
-            "| `auxiliary.transient_retries` | a whole number of retries | 2 | 0–6 (more means 6, \
-             as upstream) | reads it too |",
-            "| `kanban.auto_decompose_per_tick` | a whole number of cards | 3 | 1–1000 (below 1 \
-             means 1, as upstream) | reads it too |",
-            "| `kanban.dispatch_interval_seconds` | seconds | 60 | 0.01–86400 s | reads it too |",
-            "| `kanban.decompose_calls_per_hour` | a whole number of calls | 120 | 0–100000 | — |",
-            "| `kanban.orchestrator_profile` | a string | `default` |  | reads it too |",
-            "| `kanban.max_spawn` | a whole number of workers | 2 | 0–1000 | reads it too |",
-            "| `kanban.failure_limit` | a whole number of runs | 2 | 0–100 | reads it too |",
-            "| `agent.max_turns` | a whole number of turns | 30 | 1–1000 | reads it too |",
-        ] {
-            assert!(table.contains(line), "{line}\nnot in\n{table}");
-        }
-    }
 }

@@ -788,3 +788,85 @@ fn a_file_changed_a_moment_ago_is_read_twice_to_the_same_text() {
     assert_eq!(read_settled(&path).unwrap(), fresh);
     assert_eq!(read_settled(&dir.path().join("none.yaml")).unwrap(), None);
 }
+
+// The table as a whole (`KEYS`, gathered in `config`): its rows, and the docs' table.
+
+#[test]
+fn every_key_is_named_once() {
+    let mut seen = BTreeSet::new();
+    for row in &KEYS {
+        assert!(seen.insert(row.key), "{} is in the table twice", row.key);
+    }
+}
+
+#[test]
+fn each_section_holds_only_its_own_keys() {
+    for (section, rows) in [
+        ("model", ModelConfig::KEYS),
+        ("auxiliary", AuxiliaryConfig::KEYS),
+        ("auxiliary.kanban_decomposer", decomposer::KEYS),
+        ("kanban", KanbanConfig::KEYS),
+        ("agent", AgentConfig::KEYS),
+    ] {
+        for row in rows {
+            assert_eq!(
+                row.key,
+                format!("{section}.{}", row.leaf()),
+                "a row of {section}"
+            );
+        }
+    }
+}
+
+#[test]
+fn each_default_lies_in_its_range() {
+    for row in &KEYS {
+        let (default, range) = match row.kind {
+            Kind::Whole {
+                default: Some(d),
+                range,
+                ..
+            } => (f64::from(d), range),
+            Kind::Seconds {
+                default: Some(d),
+                range,
+            } => (d, range),
+            _ => continue,
+        };
+        assert!(
+            range.min <= default && default <= range.max,
+            "{}: default {default} outside {}..={}",
+            row.key,
+            range.min,
+            range.max
+        );
+    }
+}
+
+#[test]
+fn every_key_read_here_is_documented_and_only_upstreams_are_ignored() {
+    for row in &KEYS {
+        let ignored = row.kind == Kind::Ignored;
+        assert_eq!(ignored, row.upstream == Upstream::Only, "{}", row.key);
+        assert_eq!(ignored, row.meaning.is_empty(), "{}", row.key);
+    }
+}
+
+#[test]
+fn the_docs_table_shows_ranges_clamps_and_defaults() {
+    let table = keys_table();
+    for line in [
+        "| `auxiliary.transient_retries` | a whole number of retries | 2 | 0–6 (more means 6, \
+         as upstream) | reads it too |",
+        "| `kanban.auto_decompose_per_tick` | a whole number of cards | 3 | 1–1000 (below 1 \
+         means 1, as upstream) | reads it too |",
+        "| `kanban.dispatch_interval_seconds` | seconds | 60 | 0.01–86400 s | reads it too |",
+        "| `kanban.decompose_calls_per_hour` | a whole number of calls | 120 | 0–100000 | — |",
+        "| `kanban.orchestrator_profile` | a string | `default` |  | reads it too |",
+        "| `kanban.max_spawn` | a whole number of workers | 2 | 0–1000 | reads it too |",
+        "| `kanban.failure_limit` | a whole number of runs | 2 | 0–100 | reads it too |",
+        "| `agent.max_turns` | a whole number of turns | 30 | 1–1000 | reads it too |",
+    ] {
+        assert!(table.contains(line), "{line}\nnot in\n{table}");
+    }
+}

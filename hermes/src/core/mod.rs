@@ -15,6 +15,7 @@ pub mod backoff;
 pub mod budget;
 pub mod card;
 pub mod error;
+pub mod extra_body;
 pub mod fault;
 pub mod origin;
 pub mod outcome;

@@ -6,9 +6,11 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde_json::{json, Value};
 
-use super::decompose::{state_cells, transition, write_step};
 use super::lenient;
-use super::pyjson::to_payload_text;
+use super::state_rows::{
+    add_event, add_event_in_run, spawn_cells, spawn_state_columns, state_cells, state_columns,
+    transition, write_step,
+};
 use super::{
     ArchiveReport, Comment, Event, ListFilter, NewTask, SqlResultExt, Status, StoreError, Task,
 };
@@ -80,35 +82,6 @@ pub(crate) fn insert_task_row(
     Err(StoreError::Invalid(format!(
         "could not find an unused task id in {ID_ATTEMPTS} tries"
     )))
-}
-
-/// Appends an event (no run). An absent or empty-object payload is stored as NULL, as upstream
-/// does. Returns the event id.
-pub(crate) fn add_event(
-    tx: &Transaction<'_>,
-    task_id: &str,
-    kind: &str,
-    payload: Option<&Value>,
-) -> Result<i64, StoreError> {
-    add_event_in_run(tx, task_id, None, kind, payload)
-}
-
-pub(crate) fn add_event_in_run(
-    tx: &Transaction<'_>,
-    task_id: &str,
-    run_id: Option<i64>,
-    kind: &str,
-    payload: Option<&Value>,
-) -> Result<i64, StoreError> {
-    let text = payload
-        .filter(|p| !matches!(p, Value::Null) && p.as_object().is_none_or(|o| !o.is_empty()))
-        .map(to_payload_text);
-    tx.execute(
-        "INSERT INTO task_events (task_id, run_id, kind, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![task_id, run_id, kind, text, now_secs()],
-    )
-    .sql(format!("recording a {kind} event"))?;
-    Ok(tx.last_insert_rowid())
 }
 
 /// Trims and lowercases a profile name, as upstream canonicalises assignees.
@@ -409,8 +382,8 @@ fn task_select() -> String {
          d.task_id AS d_task_id, {}, s.task_id AS s_task_id, {} \
          FROM tasks t LEFT JOIN hermes_decompose_state d ON d.task_id = t.id \
          LEFT JOIN hermes_spawn_state s ON s.task_id = t.id",
-        super::decompose::state_columns("d"),
-        super::runs::spawn_state_columns("s")
+        state_columns("d"),
+        spawn_state_columns("s")
     )
 }
 
@@ -471,7 +444,7 @@ fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
     };
     let spawn = match r.get::<_, Option<String>>("s_task_id")? {
         None => None,
-        Some(_) => Some(super::runs::spawn_cells(r)?),
+        Some(_) => Some(spawn_cells(r)?),
     };
     Ok(RawTask {
         status: lenient::text(r, "status")?.unwrap_or_default(),

@@ -24,7 +24,7 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use super::decompose::{read_state, write_step};
+use super::state_rows::{ended_boot_ms, read_state, write_step};
 use super::{frame, lenient, SqlResultExt, Store, StoreError};
 use crate::core::card::{Abandoned, Abandonment};
 use crate::core::{CardBudget, CardRules, Half, LedgerOutcome, Origin};
@@ -348,7 +348,7 @@ pub(crate) fn abandon(
                 "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, ended_boot_ms = {},
                      detail = ?5
                  WHERE task_id = ?1 AND attempt = ?2 AND outcome = ?6 AND purpose = ?7",
-                super::ledger::ended_boot_ms("?4")
+                ended_boot_ms("?4")
             ),
             params![
                 claim.task_id,
@@ -443,7 +443,7 @@ fn close_unclaimed_rows(tx: &Transaction<'_>, now_ms: i64) -> Result<usize, Stor
            AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                            WHERE c.task_id = hermes_aux_ledger.task_id
                              AND c.attempt = hermes_aux_ledger.attempt)",
-            super::ledger::ended_boot_ms("?2")
+            ended_boot_ms("?2")
         ),
         params![
             LedgerOutcome::Unknown.as_str(),

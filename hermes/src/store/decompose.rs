@@ -11,9 +11,7 @@ use serde_json::json;
 
 use std::time::Duration;
 
-use super::board::{
-    add_event, canonical_assignee, insert_task_row, promote_ready, unreadable, TaskRow,
-};
+use super::board::{canonical_assignee, insert_task_row, promote_ready, unreadable, TaskRow};
 use super::claims::{
     abandon, board_of, claim_is_ours, claim_of, new_lease, put_claim, release, ClaimState,
     Recovered,
@@ -21,12 +19,13 @@ use super::claims::{
 use super::guards::{
     auto_gate, guards_in_force, set_pause, set_unreachable_pause, unreachable_streak, AutoGate,
 };
+use super::state_rows::{add_event, read_state, transition, write_step};
 use super::{frame, lenient, SqlResultExt, Status, Store, StoreError};
-use crate::core::card::{Begin, Failure, Step};
+use crate::core::card::{Begin, Failure};
 use crate::core::time::after;
 use crate::core::{
-    unreachable_pause, BeginRefusal, CardRules, ChildSpec, DecomposeState, Origin, Plan,
-    ProviderFault, UnreachablePause,
+    unreachable_pause, BeginRefusal, CardRules, ChildSpec, Origin, Plan, ProviderFault,
+    UnreachablePause,
 };
 
 /// Block kinds that wait for a person; such cards are never decomposed automatically (B7).
@@ -472,168 +471,6 @@ fn due_of_boot(
             }
         }
     }
-    Ok(())
-}
-
-/// A card's decompose state, if it has a row; its cells read leniently (another tool's odd
-/// cell reads as unknown).
-pub(super) fn read_state(
-    conn: &Connection,
-    task_id: &str,
-) -> Result<Option<DecomposeState>, StoreError> {
-    conn.prepare_cached(&format!(
-        "SELECT {} FROM hermes_decompose_state s WHERE task_id = ?1",
-        state_columns("s")
-    ))
-    .and_then(|mut stmt| stmt.query_row([task_id], state_cells).optional())
-    .sql("reading the card's decompose state")
-}
-
-/// The decompose state's cells of the row aliased `alias`, named as [`state_cells`] reads them:
-/// the due time in the reader's frame (see `store::frame`).
-pub(super) fn state_columns(alias: &str) -> String {
-    let due = frame::seen(
-        &format!("{alias}.due_at_ms"),
-        &format!("{alias}.due_boot"),
-        &format!("{alias}.due_boot_ms"),
-    );
-    format!(
-        "{alias}.attempts AS d_attempts, {alias}.last_attempt_at_ms AS d_last_attempt_at_ms, \
-         {alias}.last_error AS d_last_error, {due} AS d_due_at_ms, \
-         {alias}.parked_at_ms AS d_parked_at_ms, {alias}.opt_out AS d_opt_out"
-    )
-}
-
-/// A decompose state from a row that names its cells `d_attempts`, `d_due_at_ms`, … (a card's
-/// own row, or one joined to its card).
-pub(super) fn state_cells(r: &rusqlite::Row<'_>) -> rusqlite::Result<DecomposeState> {
-    Ok(DecomposeState {
-        attempts: lenient::count_u32(r, "d_attempts")?.unwrap_or(0),
-        last_attempt_at_ms: lenient::int(r, "d_last_attempt_at_ms")?,
-        last_error: lenient::text(r, "d_last_error")?,
-        due_at_ms: lenient::int(r, "d_due_at_ms")?,
-        parked_at_ms: lenient::int(r, "d_parked_at_ms")?,
-        opt_out: lenient::int(r, "d_opt_out")?.is_some_and(|n| n != 0),
-    })
-}
-
-/// Runs one transition of the card's state machine on its row as it is now (`decide` is one of
-/// `CardRules`' transitions), and writes what it decided with [`write_step`].
-pub(super) fn transition(
-    tx: &Transaction<'_>,
-    task_id: &str,
-    decide: impl FnOnce(Option<&DecomposeState>) -> Step,
-) -> Result<(), StoreError> {
-    let before = read_state(tx, task_id)?;
-    write_step(tx, task_id, before.as_ref(), &decide(before.as_ref()))
-}
-
-/// Writes what a transition of the card's state machine decided (see `core::card`): the state
-/// it leaves, then its events. Only the cells that changed are written, so a cell this build
-/// reads leniently is never rewritten by a transition that did not touch it.
-pub(super) fn write_step(
-    tx: &Transaction<'_>,
-    task_id: &str,
-    before: Option<&DecomposeState>,
-    step: &Step,
-) -> Result<(), StoreError> {
-    match (before, &step.after) {
-        (_, None) => {}
-        (None, Some(after)) => {
-            tx.execute(
-                &format!(
-                    "INSERT INTO hermes_decompose_state (task_id, attempts, last_attempt_at_ms,
-                         last_error, due_at_ms, parked_at_ms, opt_out, due_boot, due_boot_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, {}, {})",
-                    frame::boot_of("?5"),
-                    frame::boot_ms_of("?5")
-                ),
-                params![
-                    task_id,
-                    after.attempts,
-                    after.last_attempt_at_ms,
-                    after.last_error,
-                    after.due_at_ms,
-                    after.parked_at_ms,
-                    after.opt_out
-                ],
-            )
-            .sql("recording the card's decompose state")?;
-        }
-        (Some(before), Some(after)) => update_changed(tx, task_id, before, after)?,
-    }
-    for record in &step.records {
-        add_event(tx, task_id, record.kind, Some(&record.payload))?;
-    }
-    Ok(())
-}
-
-fn update_changed(
-    tx: &Transaction<'_>,
-    task_id: &str,
-    before: &DecomposeState,
-    after: &DecomposeState,
-) -> Result<(), StoreError> {
-    use rusqlite::types::Value as Cell;
-    let int = |n: Option<i64>| n.map_or(Cell::Null, Cell::Integer);
-    let cells = [
-        (
-            "attempts",
-            before.attempts != after.attempts,
-            Cell::Integer(after.attempts.into()),
-        ),
-        (
-            "last_attempt_at_ms",
-            before.last_attempt_at_ms != after.last_attempt_at_ms,
-            int(after.last_attempt_at_ms),
-        ),
-        (
-            "last_error",
-            before.last_error != after.last_error,
-            after.last_error.clone().map_or(Cell::Null, Cell::Text),
-        ),
-        (
-            "due_at_ms",
-            before.due_at_ms != after.due_at_ms,
-            int(after.due_at_ms),
-        ),
-        (
-            "parked_at_ms",
-            before.parked_at_ms != after.parked_at_ms,
-            int(after.parked_at_ms),
-        ),
-        (
-            "opt_out",
-            before.opt_out != after.opt_out,
-            Cell::Integer(after.opt_out.into()),
-        ),
-    ];
-    let mut set = Vec::new();
-    let mut values = vec![Cell::Text(task_id.to_owned())];
-    for (name, _, value) in cells.into_iter().filter(|(_, changed, _)| *changed) {
-        values.push(value);
-        let param = format!("?{}", values.len());
-        if name == "due_at_ms" {
-            // Its boot's clock is written with it, always (see `store::frame`).
-            set.push(format!(
-                "due_boot = {}, due_boot_ms = {}",
-                frame::boot_of(&param),
-                frame::boot_ms_of(&param)
-            ));
-        }
-        set.push(format!("{name} = {param}"));
-    }
-    if set.is_empty() {
-        return Ok(());
-    }
-    tx.execute(
-        &format!(
-            "UPDATE hermes_decompose_state SET {} WHERE task_id = ?1",
-            set.join(", ")
-        ),
-        rusqlite::params_from_iter(values),
-    )
-    .sql("recording the card's decompose state")?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::claims::claim_is_ours;
 use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
+use super::state_rows::{ended_boot_ms, spawn_started_seen};
 use super::{frame, lenient, SqlResultExt, Store, StoreError};
 use crate::core::{BeginRefusal, Half, LedgerOutcome, Origin};
 
@@ -447,7 +448,7 @@ fn halves(conn: &rusqlite::Connection, since: i64) -> Result<Halves, StoreError>
                 "SELECT COUNT(*), SUM(charged = 1),
                         (SELECT COUNT(*) FROM hermes_spawn_ledger WHERE exited_at_ms IS NULL)
                  FROM hermes_spawn_ledger l WHERE {} >= ?1",
-                super::runs::spawn_started_seen("l")
+                spawn_started_seen("l")
             ),
             [since],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -478,16 +479,6 @@ pub(crate) fn started_seen(alias: &str) -> String {
         &format!("{alias}.started_at_ms"),
         &format!("{alias}.boot"),
         &format!("{alias}.started_boot_ms"),
-    )
-}
-
-/// A ledger row's end on its boot's clock, for an end `wall` written now: only when the row
-/// was opened on the reader's boot (its start's clock is the one the end is measured on).
-pub(crate) fn ended_boot_ms(wall: &str) -> String {
-    format!(
-        "CASE WHEN {} THEN {} END",
-        frame::same_boot("boot", "started_boot_ms"),
-        frame::boot_ms_of(wall)
     )
 }
 

@@ -24,6 +24,7 @@ mod pyjson;
 mod recovery;
 mod runs;
 pub(crate) mod schema;
+mod state_rows;
 #[cfg(test)]
 mod tests;
 mod worker;

@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::claims::{abandon, claim_of, ClaimState, Recovered};
-use super::decompose::{read_state, write_step};
 use super::guards::{board_pause, unreachable_pause, PAUSE_KEY, UNREACHABLE_KEY};
+use super::state_rows::{read_state, write_step};
 use crate::core::card::scheduled;
 use crate::core::{CardBudget, CardRules, Origin};
 

@@ -21,10 +21,14 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::{json, Value};
 
-use super::board::{add_event_in_run, promote_ready, unreadable};
+use super::board::{promote_ready, unreadable};
 use super::claims::new_lease;
 use super::decompose::{pause_unreachable, PauseRecord, UnreachableRecord};
 use super::guards::{auto_gate, set_pause, AutoGate};
+use super::state_rows::{
+    add_event_in_run, ended_boot_ms, spawn_cells, spawn_due_seen, spawn_started_seen,
+    spawn_state_columns,
+};
 use super::{frame, lenient, SqlResultExt, Store, StoreError};
 use crate::core::spawn::{Ended, RunEnd, SpawnBegin, SpawnStep};
 use crate::core::{
@@ -895,7 +899,7 @@ fn close_requests_in_flight(
             "UPDATE hermes_aux_ledger SET outcome = ?2, ended_at_ms = ?3, ended_boot_ms = {},
                  detail = 'the run ended with this request in flight; it may have been billed'
              WHERE run_id = ?1 AND outcome = ?4",
-            super::ledger::ended_boot_ms("?3")
+            ended_boot_ms("?3")
         ),
         params![
             run_id,
@@ -946,46 +950,6 @@ pub(crate) fn read_spawn_state(
     ))
     .and_then(|mut stmt| stmt.query_row([task_id], spawn_cells).optional())
     .sql("reading the card's spawn state")
-}
-
-/// The spawn state's cells of the row aliased `alias`, named as [`spawn_cells`] reads them: the
-/// backoff's end in the reader's frame (see `store::frame`).
-pub(super) fn spawn_state_columns(alias: &str) -> String {
-    format!(
-        "{alias}.spawns AS s_spawns, {alias}.failures AS s_failures, {} AS s_due_at_ms, \
-         {alias}.parked_at_ms AS s_parked_at_ms, {alias}.last_error AS s_last_error",
-        spawn_due_seen(alias)
-    )
-}
-
-/// A spawn state from a row that names its cells `s_spawns`, `s_due_at_ms`, … (a card's own
-/// row, or one joined to its card), read leniently.
-pub(super) fn spawn_cells(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpawnState> {
-    Ok(SpawnState {
-        spawns: lenient::count_u32(r, "s_spawns")?.unwrap_or(0),
-        failures: lenient::count_u32(r, "s_failures")?.unwrap_or(0),
-        due_at_ms: lenient::int(r, "s_due_at_ms")?,
-        parked_at_ms: lenient::int(r, "s_parked_at_ms")?,
-        last_error: lenient::text(r, "s_last_error")?,
-    })
-}
-
-/// A card's spawn backoff end, in the reader's frame, for the row aliased `alias`.
-fn spawn_due_seen(alias: &str) -> String {
-    frame::seen(
-        &format!("{alias}.due_at_ms"),
-        &format!("{alias}.due_boot"),
-        &format!("{alias}.due_boot_ms"),
-    )
-}
-
-/// A worker's start, in the reader's frame, for the spawn-ledger row aliased `alias`.
-pub(super) fn spawn_started_seen(alias: &str) -> String {
-    frame::seen(
-        &format!("{alias}.started_at_ms"),
-        &format!("{alias}.boot"),
-        &format!("{alias}.started_boot_ms"),
-    )
 }
 
 /// Writes what a spawn transition decided: the state, then its events (tied to `run_id` when

@@ -5,8 +5,9 @@ use rusqlite::Connection;
 use serde_json::json;
 
 use super::board::{
-    add_event, add_link, insert_task_row, now_ms, now_secs, promote_ready, would_cycle, TaskRow,
+    add_link, insert_task_row, now_ms, now_secs, promote_ready, would_cycle, TaskRow,
 };
+use super::state_rows::add_event;
 use super::*;
 
 /// A fresh board in a temporary directory.

@@ -7,10 +7,10 @@
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::json;
 
-use super::board::{add_event, add_event_in_run};
 use super::guards::{auto_gate, AutoGate};
 use super::ledger::{open_row, RowStart};
 use super::runs::{read_spawn_state, write_spawn_step};
+use super::state_rows::{add_event, add_event_in_run};
 use super::{lenient, SqlResultExt, Store, StoreError};
 use crate::core::{BeginRefusal, CardMove, Half, SpawnRules};
 
