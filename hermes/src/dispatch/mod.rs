@@ -823,8 +823,26 @@ impl Dispatcher {
             return;
         }
 
+        let Some(due) = self.due_cards(slots).await else {
+            return;
+        };
+        if self.tick_notice.clear() {
+            info!("the board is usable again");
+        }
+        if due.is_empty() {
+            return;
+        }
+        self.gate_notice.clear();
+        for task_id in due {
+            self.spawn_attempt(&context, task_id);
+        }
+    }
+
+    /// Up to `slots` due cards to attempt now, or `None` when the board or its guards say not
+    /// now (said once per condition).
+    async fn due_cards(&mut self, slots: usize) -> Option<Vec<String>> {
         let now = now_ms();
-        let calls_per_hour = kanban.decompose_calls_per_hour;
+        let calls_per_hour = self.config.kanban.decompose_calls_per_hour;
         let exclude = self.in_flight_ids.clone();
         let picked = self
             .board
@@ -840,13 +858,13 @@ impl Dispatcher {
                 )
             })
             .await;
-        let due = match picked {
+        match picked {
             Err(err) => {
                 self.tick_notice.warn_keyed(
                     &error_chain(&err),
                     &format!("cannot pick due cards: {}", error_chain(&err)),
                 );
-                return;
+                None
             }
             Ok(Picked::Paused { until_ms, reason }) => {
                 self.gate_notice.warn_keyed(
@@ -857,7 +875,7 @@ impl Dispatcher {
                     ),
                 );
                 self.await_probe();
-                return;
+                None
             }
             Ok(Picked::Ceiling { calls, limit }) => {
                 self.gate_notice.warn_keyed(
@@ -865,25 +883,135 @@ impl Dispatcher {
                     &format!("auto-decompose waiting: {}", ceiling_reached(calls, limit)),
                 );
                 self.await_probe();
-                return;
+                None
             }
             Ok(Picked::Due { cards, set_aside }) => {
                 // Each is parked now, so this is its one WARN.
                 for card in &set_aside {
                     warn_parked(&card.task_id, &ParkCause::SetAside { why: &card.why });
                 }
-                cards
+                Some(cards)
             }
-        };
-        if self.tick_notice.clear() {
-            info!("the board is usable again");
         }
-        if due.is_empty() {
-            return;
+    }
+
+    /// An attempt whose start or end could not be recorded. One WARN per condition (a full
+    /// disk, a locked board), not one per card and tick.
+    fn attempt_unrecorded(&mut self, task_id: &str, err: &AttemptError) {
+        // What it says depends on whether a request had left: one that left may be
+        // billed, and its claim is closed as `unknown` once the board takes writes.
+        let chain = error_chain(err);
+        if err.requests_sent == 0 {
+            self.record_notice.warn_keyed(
+                &chain,
+                &format!(
+                    "cannot record an attempt on card {task_id}: {chain}; no request was \
+                     sent, and none is while attempts cannot be recorded"
+                ),
+            );
+        } else {
+            self.end_notice.warn_keyed(
+                &chain,
+                &format!(
+                    "a request for card {task_id} was sent (it may be billed) but its end \
+                     could not be recorded: {chain}; the attempt stays counted, and its \
+                     ledger row is closed as `unknown` once the board can be written"
+                ),
+            );
         }
-        self.gate_notice.clear();
-        for task_id in due {
-            self.spawn_attempt(&context, task_id);
+    }
+
+    /// What an attempt's end says about the provider: a pause it recorded closes the gate (and
+    /// a probe reopens it); any request it sent without one shows the provider answering.
+    fn judge_provider(&mut self, task_id: &str, outcome: &AttemptOutcome) {
+        if let Some(fault) = outcome.fault() {
+            self.gate_notice.warn_keyed(
+                &format!("paused-until-{}", fault.until_ms),
+                &format!(
+                    "{}: {} (card {task_id})",
+                    paused_for(fault.lasts),
+                    fault.fault.describe()
+                ),
+            );
+            self.await_probe();
+        } else if let Some(pause) = outcome.unreachable() {
+            self.gate_notice.warn_keyed(
+                &format!("paused-until-{}", pause.until_ms),
+                &format!(
+                    "{}: provider unreachable ({} request(s) in a row never reached it; no card's \
+                     budget was spent): {}",
+                    paused_for(pause.lasts),
+                    pause.streak,
+                    pause.reason
+                ),
+            );
+            self.await_probe();
+        } else if outcome.requests() > 0 {
+            self.health = ProviderHealth::Answering;
+            self.probe_started = None;
+        }
+    }
+
+    /// The line an attempt's end is logged with: the one WARN of a card parked now, else a line
+    /// at the level its outcome deserves.
+    fn announce(&mut self, task_id: &str, outcome: &AttemptOutcome) {
+        match outcome {
+            AttemptOutcome::Applied { .. } => match outcome.child_ids() {
+                Some(children) => {
+                    info!(card = %task_id, "decomposed into {} children", children.len())
+                }
+                None => info!(card = %task_id, "specified as a single task"),
+            },
+            AttemptOutcome::Failed {
+                parked: true,
+                attempt,
+                reason,
+                ..
+            } => {
+                self.first_announcement(task_id, *attempt);
+                warn_parked(
+                    task_id,
+                    &ParkCause::Failed {
+                        attempt: *attempt,
+                        last: reason,
+                    },
+                );
+            }
+            AttemptOutcome::Refused {
+                refusal: BeginRefusal::Parked { attempts },
+                ..
+            } => {
+                // The due query never offers a parked card, so this card's budget was spent
+                // by an attempt that never finished, or the budget was lowered; it was parked
+                // just now.
+                warn_parked(
+                    task_id,
+                    &ParkCause::Spent {
+                        budget: self.config.card_rules().budget,
+                        attempts: *attempts,
+                    },
+                );
+            }
+            AttemptOutcome::Refused {
+                refusal: BeginRefusal::Unreadable { why },
+                ..
+            } => {
+                // The due query sets unreadable cards aside, so this row changed since it was
+                // picked, and the attempt's start parked it just now.
+                warn_parked(task_id, &ParkCause::SetAside { why });
+            }
+            AttemptOutcome::Refused { .. } => {
+                debug!(card = %task_id, "not attempted: {}", outcome.reason());
+            }
+            AttemptOutcome::NothingSent { .. } => {
+                info!(card = %task_id, "decompose attempt not counted: {}", outcome.reason());
+            }
+            AttemptOutcome::Superseded { .. } => {
+                warn!(card = %task_id, attempt = outcome.attempt(), "{}", outcome.reason());
+            }
+            AttemptOutcome::Failed { .. } | AttemptOutcome::LeftTriage { .. } => {
+                info!(card = %task_id, attempt = outcome.attempt(), "decompose attempt failed: {}", outcome.reason());
+            }
         }
     }
 
@@ -935,28 +1063,7 @@ impl Dispatcher {
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(err) => {
-                // One WARN per condition (a full disk, a locked board), not one per card and
-                // tick. What it says depends on whether a request had left: one that left may be
-                // billed, and its claim is closed as `unknown` once the board takes writes.
-                let chain = error_chain(&err);
-                if err.requests_sent == 0 {
-                    self.record_notice.warn_keyed(
-                        &chain,
-                        &format!(
-                            "cannot record an attempt on card {task_id}: {chain}; no request was \
-                             sent, and none is while attempts cannot be recorded"
-                        ),
-                    );
-                } else {
-                    self.end_notice.warn_keyed(
-                        &chain,
-                        &format!(
-                            "a request for card {task_id} was sent (it may be billed) but its end \
-                             could not be recorded: {chain}; the attempt stays counted, and its \
-                             ledger row is closed as `unknown` once the board can be written"
-                        ),
-                    );
-                }
+                self.attempt_unrecorded(&task_id, &err);
                 return;
             }
         };
@@ -965,90 +1072,8 @@ impl Dispatcher {
         {
             info!("attempts can be recorded again");
         }
-        if let Some(fault) = outcome.fault() {
-            self.gate_notice.warn_keyed(
-                &format!("paused-until-{}", fault.until_ms),
-                &format!(
-                    "{}: {} (card {task_id})",
-                    paused_for(fault.lasts),
-                    fault.fault.describe()
-                ),
-            );
-            self.await_probe();
-        } else if let Some(pause) = outcome.unreachable() {
-            self.gate_notice.warn_keyed(
-                &format!("paused-until-{}", pause.until_ms),
-                &format!(
-                    "{}: provider unreachable ({} request(s) in a row never reached it; no card's \
-                     budget was spent): {}",
-                    paused_for(pause.lasts),
-                    pause.streak,
-                    pause.reason
-                ),
-            );
-            self.await_probe();
-        } else if outcome.requests() > 0 {
-            self.health = ProviderHealth::Answering;
-            self.probe_started = None;
-        }
-        match &outcome {
-            AttemptOutcome::Applied { .. } => match outcome.child_ids() {
-                Some(children) => {
-                    info!(card = %task_id, "decomposed into {} children", children.len())
-                }
-                None => info!(card = %task_id, "specified as a single task"),
-            },
-            AttemptOutcome::Failed {
-                parked: true,
-                attempt,
-                reason,
-                ..
-            } => {
-                self.first_announcement(&task_id, *attempt);
-                warn_parked(
-                    &task_id,
-                    &ParkCause::Failed {
-                        attempt: *attempt,
-                        last: reason,
-                    },
-                );
-            }
-            AttemptOutcome::Refused {
-                refusal: BeginRefusal::Parked { attempts },
-                ..
-            } => {
-                // The due query never offers a parked card, so this card's budget was spent
-                // by an attempt that never finished, or the budget was lowered; it was parked
-                // just now.
-                warn_parked(
-                    &task_id,
-                    &ParkCause::Spent {
-                        budget: self.config.card_rules().budget,
-                        attempts: *attempts,
-                    },
-                );
-            }
-            AttemptOutcome::Refused {
-                refusal: BeginRefusal::Unreadable { why },
-                ..
-            } => {
-                // The due query sets unreadable cards aside, so this row changed since it was
-                // picked, and the attempt's start parked it just now.
-                warn_parked(&task_id, &ParkCause::SetAside { why });
-            }
-            AttemptOutcome::Refused { .. } => {
-                debug!(card = %task_id, "not attempted: {}", outcome.reason());
-            }
-            AttemptOutcome::NothingSent { .. } => {
-                info!(card = %task_id, "decompose attempt not counted: {}", outcome.reason());
-            }
-            AttemptOutcome::Superseded { .. } => {
-                warn!(card = %task_id, attempt = outcome.attempt(), "{}", outcome.reason());
-            }
-            AttemptOutcome::Failed { .. } | AttemptOutcome::LeftTriage { .. } => {
-                info!(card = %task_id, attempt = outcome.attempt(), "decompose attempt failed: {}", outcome.reason());
-            }
-        }
+        self.judge_provider(&task_id, &outcome);
+        self.announce(&task_id, &outcome);
     }
 }
 

@@ -268,130 +268,9 @@ impl Store {
     ) -> Result<UsageReport, StoreError> {
         self.read(|conn| {
             let since = since_ms.unwrap_or(i64::MIN);
-            // Each call's start in this reader's frame (see `store::frame`).
-            let started = started_seen("l");
-            let mut stmt = conn
-                .prepare(&format!(
-                    // Token sums are taken in two halves (the high and the low 32 bits of each
-                    // row's count, a negative one as 0), so that no sum can overflow SQLite's
-                    // integer (`SUM` fails on overflow): rows another tool wrote, or a provider
-                    // that reports 2^64 - 1 tokens, still add up, to a saturated total.
-                    "SELECT l.task_id, t.title, t.status,
-                            SUM(l.outcome != :unreachable),
-                            SUM(l.outcome = :ok),
-                            SUM(l.outcome NOT IN (:ok, :in_flight, :unknown, :unreachable)),
-                            SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) >> 32),
-                            SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) & 4294967295),
-                            SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
-                            SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295),
-                            s.attempts,
-                            s.parked_at_ms IS NOT NULL,
-                            MAX(CAST({started} AS INTEGER)),
-                            SUM(l.outcome = :unknown),
-                            SUM(l.outcome = :unreachable)
-                     FROM hermes_aux_ledger l
-                     LEFT JOIN tasks t ON t.id = l.task_id
-                     LEFT JOIN hermes_decompose_state s ON s.task_id = l.task_id
-                     WHERE {started} >= :since
-                     GROUP BY l.task_id
-                     ORDER BY MAX({started}) DESC, l.task_id",
-                ))
-                .sql("reading the ledger")?;
-            let bound = named_params! {
-                ":since": since,
-                ":ok": LedgerOutcome::Ok.as_str(),
-                ":in_flight": LedgerOutcome::InFlight.as_str(),
-                ":unknown": LedgerOutcome::Unknown.as_str(),
-                ":unreachable": LedgerOutcome::Unreachable.as_str(),
-            };
-            let rows = stmt
-                .query_map(bound, |r| {
-                    Ok(CardUsage {
-                        task_id: lenient::text(r, 0)?.unwrap_or_default(),
-                        // Another tool's title may not be text: shown as best it can be.
-                        title: lenient::text(r, 1)?,
-                        status: lenient::text(r, 2)?,
-                        calls: count(r.get(3)?),
-                        ok: count(r.get(4)?),
-                        failed: count(r.get(5)?),
-                        unknown: count(r.get(13)?),
-                        unreachable: count(r.get(14)?),
-                        prompt_tokens: halves_sum(r.get(6)?, r.get(7)?),
-                        completion_tokens: halves_sum(r.get(8)?, r.get(9)?),
-                        attempts: lenient::count_u32(r, 10)?.unwrap_or(0),
-                        parked: r.get(11)?,
-                        last_call_at: lenient::int(r, 12)?.map(|ms| ms as f64 / 1000.0),
-                        models: Vec::new(),
-                        estimated_cost_usd: None,
-                        unpriced_calls: None,
-                    })
-                })
-                .sql("reading the ledger")?;
-            let mut cards: Vec<CardUsage> =
-                rows.collect::<Result<_, _>>().sql("reading the ledger")?;
-            let mut by_model = conn
-                .prepare(&format!(
-                    // As above, token sums in two halves.
-                    "SELECT l.task_id, l.model,
-                            SUM(l.outcome != ?2),
-                            SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) >> 32),
-                            SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) & 4294967295),
-                            SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
-                            SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295)
-                     FROM hermes_aux_ledger l
-                     WHERE {started} >= ?1
-                     GROUP BY l.task_id, l.model
-                     HAVING SUM(l.outcome != ?2) > 0
-                     ORDER BY l.task_id, l.model",
-                ))
-                .sql("reading the ledger")?;
-            let groups = by_model
-                .query_map(params![since, LedgerOutcome::Unreachable.as_str()], |r| {
-                    Ok((
-                        lenient::text(r, 0)?.unwrap_or_default(),
-                        ModelUsage {
-                            model: lenient::text(r, 1)?,
-                            calls: count(r.get(2)?),
-                            prompt_tokens: halves_sum(r.get(3)?, r.get(4)?),
-                            completion_tokens: halves_sum(r.get(5)?, r.get(6)?),
-                            estimated_cost_usd: None,
-                        },
-                    ))
-                })
-                .sql("reading the ledger")?;
-            let at: std::collections::HashMap<String, usize> = cards
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c.task_id.clone(), i))
-                .collect();
-            for group in groups {
-                let (task_id, usage) = group.sql("reading the ledger")?;
-                if let Some(&i) = at.get(&task_id) {
-                    cards[i].models.push(usage);
-                }
-            }
-            let mut totals = cards.iter().fold(UsageTotals::default(), |mut t, c| {
-                t.calls = t.calls.saturating_add(c.calls);
-                t.ok = t.ok.saturating_add(c.ok);
-                t.failed = t.failed.saturating_add(c.failed);
-                t.unknown = t.unknown.saturating_add(c.unknown);
-                t.unreachable = t.unreachable.saturating_add(c.unreachable);
-                t.prompt_tokens = saturated_tokens(t.prompt_tokens, c.prompt_tokens);
-                t.completion_tokens = saturated_tokens(t.completion_tokens, c.completion_tokens);
-                t
-            });
-            for usage in cards.iter().flat_map(|c| &c.models) {
-                match totals.models.iter_mut().find(|m| m.model == usage.model) {
-                    Some(m) => {
-                        m.calls = m.calls.saturating_add(usage.calls);
-                        m.prompt_tokens = saturated_tokens(m.prompt_tokens, usage.prompt_tokens);
-                        m.completion_tokens =
-                            saturated_tokens(m.completion_tokens, usage.completion_tokens);
-                    }
-                    None => totals.models.push(usage.clone()),
-                }
-            }
-            totals.models.sort_by(|a, b| a.model.cmp(&b.model));
+            let mut cards = card_usage(conn, since)?;
+            add_model_usage(conn, since, &mut cards)?;
+            let totals = usage_totals(&cards);
             let in_force = |pause: Option<super::Pause>| {
                 pause.filter(|p| p.until_ms > now_ms).map(|p| UsagePause {
                     until: p.until_ms as f64 / 1000.0,
@@ -414,6 +293,149 @@ impl Store {
             })
         })
     }
+}
+
+/// Each card's calls and tokens since `since` (a row per card, latest call first), its models
+/// not yet filled in.
+fn card_usage(conn: &rusqlite::Connection, since: i64) -> Result<Vec<CardUsage>, StoreError> {
+    // Each call's start in this reader's frame (see `store::frame`).
+    let started = started_seen("l");
+    let mut stmt = conn
+        .prepare(&format!(
+            // Token sums are taken in two halves (the high and the low 32 bits of each
+            // row's count, a negative one as 0), so that no sum can overflow SQLite's
+            // integer (`SUM` fails on overflow): rows another tool wrote, or a provider
+            // that reports 2^64 - 1 tokens, still add up, to a saturated total.
+            "SELECT l.task_id, t.title, t.status,
+                    SUM(l.outcome != :unreachable),
+                    SUM(l.outcome = :ok),
+                    SUM(l.outcome NOT IN (:ok, :in_flight, :unknown, :unreachable)),
+                    SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) >> 32),
+                    SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) & 4294967295),
+                    SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
+                    SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295),
+                    s.attempts,
+                    s.parked_at_ms IS NOT NULL,
+                    MAX(CAST({started} AS INTEGER)),
+                    SUM(l.outcome = :unknown),
+                    SUM(l.outcome = :unreachable)
+             FROM hermes_aux_ledger l
+             LEFT JOIN tasks t ON t.id = l.task_id
+             LEFT JOIN hermes_decompose_state s ON s.task_id = l.task_id
+             WHERE {started} >= :since
+             GROUP BY l.task_id
+             ORDER BY MAX({started}) DESC, l.task_id",
+        ))
+        .sql("reading the ledger")?;
+    let bound = named_params! {
+        ":since": since,
+        ":ok": LedgerOutcome::Ok.as_str(),
+        ":in_flight": LedgerOutcome::InFlight.as_str(),
+        ":unknown": LedgerOutcome::Unknown.as_str(),
+        ":unreachable": LedgerOutcome::Unreachable.as_str(),
+    };
+    let rows = stmt
+        .query_map(bound, |r| {
+            Ok(CardUsage {
+                task_id: lenient::text(r, 0)?.unwrap_or_default(),
+                // Another tool's title may not be text: shown as best it can be.
+                title: lenient::text(r, 1)?,
+                status: lenient::text(r, 2)?,
+                calls: count(r.get(3)?),
+                ok: count(r.get(4)?),
+                failed: count(r.get(5)?),
+                unknown: count(r.get(13)?),
+                unreachable: count(r.get(14)?),
+                prompt_tokens: halves_sum(r.get(6)?, r.get(7)?),
+                completion_tokens: halves_sum(r.get(8)?, r.get(9)?),
+                attempts: lenient::count_u32(r, 10)?.unwrap_or(0),
+                parked: r.get(11)?,
+                last_call_at: lenient::int(r, 12)?.map(|ms| ms as f64 / 1000.0),
+                models: Vec::new(),
+                estimated_cost_usd: None,
+                unpriced_calls: None,
+            })
+        })
+        .sql("reading the ledger")?;
+    rows.collect::<Result<_, _>>().sql("reading the ledger")
+}
+
+/// Fills in each card's calls and tokens by model (the calls that reached the provider).
+fn add_model_usage(
+    conn: &rusqlite::Connection,
+    since: i64,
+    cards: &mut [CardUsage],
+) -> Result<(), StoreError> {
+    let started = started_seen("l");
+    let mut by_model = conn
+        .prepare(&format!(
+            // As in `card_usage`, token sums in two halves.
+            "SELECT l.task_id, l.model,
+                    SUM(l.outcome != ?2),
+                    SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) >> 32),
+                    SUM(MAX(COALESCE(CAST(l.prompt_tokens AS INTEGER), 0), 0) & 4294967295),
+                    SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
+                    SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295)
+             FROM hermes_aux_ledger l
+             WHERE {started} >= ?1
+             GROUP BY l.task_id, l.model
+             HAVING SUM(l.outcome != ?2) > 0
+             ORDER BY l.task_id, l.model",
+        ))
+        .sql("reading the ledger")?;
+    let groups = by_model
+        .query_map(params![since, LedgerOutcome::Unreachable.as_str()], |r| {
+            Ok((
+                lenient::text(r, 0)?.unwrap_or_default(),
+                ModelUsage {
+                    model: lenient::text(r, 1)?,
+                    calls: count(r.get(2)?),
+                    prompt_tokens: halves_sum(r.get(3)?, r.get(4)?),
+                    completion_tokens: halves_sum(r.get(5)?, r.get(6)?),
+                    estimated_cost_usd: None,
+                },
+            ))
+        })
+        .sql("reading the ledger")?;
+    let at: std::collections::HashMap<String, usize> = cards
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.task_id.clone(), i))
+        .collect();
+    for group in groups {
+        let (task_id, usage) = group.sql("reading the ledger")?;
+        if let Some(&i) = at.get(&task_id) {
+            cards[i].models.push(usage);
+        }
+    }
+    Ok(())
+}
+
+/// The whole board's sums of `cards`, saturated, with a row per model.
+fn usage_totals(cards: &[CardUsage]) -> UsageTotals {
+    let mut totals = cards.iter().fold(UsageTotals::default(), |mut t, c| {
+        t.calls = t.calls.saturating_add(c.calls);
+        t.ok = t.ok.saturating_add(c.ok);
+        t.failed = t.failed.saturating_add(c.failed);
+        t.unknown = t.unknown.saturating_add(c.unknown);
+        t.unreachable = t.unreachable.saturating_add(c.unreachable);
+        t.prompt_tokens = saturated_tokens(t.prompt_tokens, c.prompt_tokens);
+        t.completion_tokens = saturated_tokens(t.completion_tokens, c.completion_tokens);
+        t
+    });
+    for usage in cards.iter().flat_map(|c| &c.models) {
+        match totals.models.iter_mut().find(|m| m.model == usage.model) {
+            Some(m) => {
+                m.calls = m.calls.saturating_add(usage.calls);
+                m.prompt_tokens = saturated_tokens(m.prompt_tokens, usage.prompt_tokens);
+                m.completion_tokens =
+                    saturated_tokens(m.completion_tokens, usage.completion_tokens);
+            }
+            None => totals.models.push(usage.clone()),
+        }
+    }
+    totals.models.sort_by(|a, b| a.model.cmp(&b.model));
+    totals
 }
 
 /// Both halves of the spend since `since` (see [`Halves`]).
