@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use super::render::{count, event_json, one_line, shown, task_json};
 use super::{round_up_secs, CliError, Context, Outcome};
+use crate::store::{Comment, Event, Pause};
 
 /// Arguments of `kanban show`.
 #[derive(Debug, Args)]
@@ -85,37 +86,7 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
         lines.push(format!("  children:  {}", children.join(", ")));
     }
     if let Some(d) = &task.decompose {
-        let when = match (d.opt_out, d.parked_at_ms, d.due_at_ms) {
-            (true, _, _) => "opted out of automatic attempts".to_owned(),
-            (false, Some(_), _) => format!(
-                "parked: automatic budget spent (`hermes kanban unpark {}` gives a fresh one)",
-                task.id
-            ),
-            (false, None, Some(due)) => match &pause {
-                // Nothing automatic runs before the pause ends, whatever the card's own date.
-                Some(p) if p.until_ms > due => format!(
-                    "next attempt from {}: the board is paused until then ({}; `hermes kanban \
-                     resume` lifts it)",
-                    shown(round_up_secs(p.until_ms)),
-                    one_line(&p.reason)
-                ),
-                Some(p) => format!(
-                    "next attempt from {} (the board is paused until {}: {})",
-                    shown(round_up_secs(due)),
-                    shown(round_up_secs(p.until_ms)),
-                    one_line(&p.reason)
-                ),
-                None => format!("next attempt from {}", shown(round_up_secs(due))),
-            },
-            (false, None, None) => "no automatic attempt pending".to_owned(),
-        };
-        lines.push(format!(
-            "  decompose: {} on the current budget; {when}",
-            count(d.attempts, "attempt")
-        ));
-        if let Some(err) = &d.last_error {
-            lines.push(format!("             last error: {}", one_line(err)));
-        }
+        decompose_lines(&mut lines, &task.id, d, pause.as_ref());
     }
     if let Some(spawn) = &task.spawn {
         lines.push(format!("  workers:   {}", spawn_line(&task.id, spawn)));
@@ -137,10 +108,58 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
         lines.push(String::new());
         lines.push(format!("Latest summary: {}", one_line(summary)));
     }
+    history_lines(&mut lines, &comments, &events, &runs);
+    ctx.print(&lines.join("\n"))?;
+    Ok(Outcome::Success)
+}
+
+/// The card's decompose state: its attempts on the current budget, what comes next (weighed
+/// against the board's pause), and its last error.
+fn decompose_lines(
+    lines: &mut Vec<String>,
+    task_id: &str,
+    d: &crate::core::DecomposeState,
+    pause: Option<&Pause>,
+) {
+    let when = match (d.opt_out, d.parked_at_ms, d.due_at_ms) {
+        (true, _, _) => "opted out of automatic attempts".to_owned(),
+        (false, Some(_), _) => format!(
+            "parked: automatic budget spent (`hermes kanban unpark {}` gives a fresh one)",
+            task_id
+        ),
+        (false, None, Some(due)) => match pause {
+            // Nothing automatic runs before the pause ends, whatever the card's own date.
+            Some(p) if p.until_ms > due => format!(
+                "next attempt from {}: the board is paused until then ({}; `hermes kanban \
+                 resume` lifts it)",
+                shown(round_up_secs(p.until_ms)),
+                one_line(&p.reason)
+            ),
+            Some(p) => format!(
+                "next attempt from {} (the board is paused until {}: {})",
+                shown(round_up_secs(due)),
+                shown(round_up_secs(p.until_ms)),
+                one_line(&p.reason)
+            ),
+            None => format!("next attempt from {}", shown(round_up_secs(due))),
+        },
+        (false, None, None) => "no automatic attempt pending".to_owned(),
+    };
+    lines.push(format!(
+        "  decompose: {} on the current budget; {when}",
+        count(d.attempts, "attempt")
+    ));
+    if let Some(err) = &d.last_error {
+        lines.push(format!("             last error: {}", one_line(err)));
+    }
+}
+
+/// The card's history: its comments, its events (one a line, oldest first) and its runs.
+fn history_lines(lines: &mut Vec<String>, comments: &[Comment], events: &[Event], runs: &[Value]) {
     if !comments.is_empty() {
         lines.push(String::new());
         lines.push(format!("Comments ({}):", comments.len()));
-        for c in &comments {
+        for c in comments {
             lines.push(format!(
                 "  {} {}: {}",
                 shown(c.created_at),
@@ -151,7 +170,7 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
     }
     lines.push(String::new());
     lines.push(format!("Events ({}):", events.len()));
-    for e in &events {
+    for e in events {
         lines.push(format!(
             "  {}  {}",
             shown(e.created_at),
@@ -161,7 +180,7 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
     if !runs.is_empty() {
         lines.push(String::new());
         lines.push(format!("Runs ({}):", runs.len()));
-        for r in &runs {
+        for r in runs {
             let field = |k: &str| {
                 r.get(k)
                     .and_then(Value::as_str)
@@ -177,8 +196,6 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
             ));
         }
     }
-    ctx.print(&lines.join("\n"))?;
-    Ok(Outcome::Success)
 }
 
 /// A card's workers in one line: its spawns, its failed runs against the limit, and what comes

@@ -2,14 +2,16 @@
 //! paid (B9), as a summary or call by call.
 
 use clap::Args;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::render::{count, one_line, ATTEMPTS_EXPLAINED};
 use super::table::{aligned, Align};
 use super::{CliError, Context, Outcome};
 use crate::clock::{now_ms, shown, shown_ms, shown_ms_exact};
 use crate::config::{format_cost, Prices, PRICES_KEY};
-use crate::store::{CallFilter, LedgerCall, ModelUsage, StoreError, UsageReport};
+use crate::store::{
+    CallFilter, CardUsage, LedgerCall, ModelUsage, ResumeRecord, StoreError, UsageReport,
+};
 
 /// Arguments of `kanban usage`.
 #[derive(Debug, Args)]
@@ -104,24 +106,56 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
     price_report(&mut report, &ctx.config.kanban.prices);
     let last_resume = store.last_resume()?;
     if ctx.json {
-        let mut value = serde_json::to_value(&report).map_err(anyhow::Error::from)?;
-        // Only when there is one, so the report keeps its shape for boards never resumed.
-        if let (Some(r), Some(obj)) = (&last_resume, value.as_object_mut()) {
-            obj.insert(
-                "last_resume".to_owned(),
-                json!({
-                    "by": r.by,
-                    "at": r.at_ms as f64 / 1000.0,
-                    "cleared": {
-                        "until": r.cleared.until_ms as f64 / 1000.0,
-                        "reason": r.cleared.reason,
-                    },
-                }),
-            );
-        }
-        ctx.print_json(&value)?;
+        ctx.print_json(&report_json(&report, last_resume.as_ref())?)?;
         return Ok(Outcome::Success);
     }
+    let mut lines = summary_lines(ctx, &report, last_resume.as_ref());
+    lines.extend(report.cards.iter().map(card_line));
+    let unrecorded = report.totals.models.iter().any(|m| m.model.is_none());
+    lines.extend(notes(unrecorded, !ctx.config.kanban.prices.is_empty()));
+    if !report.cards.is_empty() {
+        lines.push(format!("({ATTEMPTS_EXPLAINED})"));
+    }
+    if report.cards.iter().any(|card| card.parked) {
+        lines.push(
+            "(a PARKED card's budget is spent: `hermes kanban unpark ID` gives it a fresh one)"
+                .to_owned(),
+        );
+    }
+    ctx.print(&lines.join("\n"))?;
+    Ok(Outcome::Success)
+}
+
+/// The report as `--json` prints it: the store's report, with the last resume when there is one.
+fn report_json(
+    report: &UsageReport,
+    last_resume: Option<&ResumeRecord>,
+) -> Result<Value, CliError> {
+    let mut value = serde_json::to_value(report).map_err(anyhow::Error::from)?;
+    // Only when there is one, so the report keeps its shape for boards never resumed.
+    if let (Some(r), Some(obj)) = (last_resume, value.as_object_mut()) {
+        obj.insert(
+            "last_resume".to_owned(),
+            json!({
+                "by": r.by,
+                "at": r.at_ms as f64 / 1000.0,
+                "cleared": {
+                    "until": r.cleared.until_ms as f64 / 1000.0,
+                    "reason": r.cleared.reason,
+                },
+            }),
+        );
+    }
+    Ok(value)
+}
+
+/// The summary's first lines: the totals, by model and by half, the hourly window, the pauses
+/// in force and the last resume.
+fn summary_lines(
+    ctx: &Context,
+    report: &UsageReport,
+    last_resume: Option<&ResumeRecord>,
+) -> Vec<String> {
     let unknown = match report.totals.unknown {
         0 => String::new(),
         n => format!(", {n} unknown: maybe billed, left in flight by a process that died"),
@@ -176,7 +210,7 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
             one_line(&pause.reason)
         ));
     }
-    if let Some(resume) = &last_resume {
+    if let Some(resume) = last_resume {
         lines.push(format!(
             "last resumed by {} at {} (lifted a pause until {}: {})",
             one_line(&resume.by),
@@ -185,43 +219,33 @@ pub fn run(ctx: &Context, args: &UsageArgs) -> Result<Outcome, CliError> {
             one_line(&resume.cleared.reason)
         ));
     }
-    for card in &report.cards {
-        let cost = cost_text(card.estimated_cost_usd, card.unpriced_calls)
-            .map(|c| format!("  {c}"))
-            .unwrap_or_default();
-        lines.push(format!(
-            "{}  {:>9} ({} ok, {} failed{}{})  {} on the current budget{}  {}{cost}  {}",
-            card.task_id,
-            count(card.calls, "call"),
-            card.ok,
-            card.failed,
-            match card.unknown {
-                0 => String::new(),
-                n => format!(", {n} unknown"),
-            },
-            match card.unreachable {
-                0 => String::new(),
-                n => format!("; {n} never reached the provider"),
-            },
-            count(card.attempts, "attempt"),
-            if card.parked { ", PARKED" } else { "" },
-            card_models(&card.models),
-            one_line(card.title.as_deref().unwrap_or("(card gone)"))
-        ));
-    }
-    let unrecorded = report.totals.models.iter().any(|m| m.model.is_none());
-    lines.extend(notes(unrecorded, !ctx.config.kanban.prices.is_empty()));
-    if !report.cards.is_empty() {
-        lines.push(format!("({ATTEMPTS_EXPLAINED})"));
-    }
-    if report.cards.iter().any(|card| card.parked) {
-        lines.push(
-            "(a PARKED card's budget is spent: `hermes kanban unpark ID` gives it a fresh one)"
-                .to_owned(),
-        );
-    }
-    ctx.print(&lines.join("\n"))?;
-    Ok(Outcome::Success)
+    lines
+}
+
+/// One card's line of the summary.
+fn card_line(card: &CardUsage) -> String {
+    let cost = cost_text(card.estimated_cost_usd, card.unpriced_calls)
+        .map(|c| format!("  {c}"))
+        .unwrap_or_default();
+    format!(
+        "{}  {:>9} ({} ok, {} failed{}{})  {} on the current budget{}  {}{cost}  {}",
+        card.task_id,
+        count(card.calls, "call"),
+        card.ok,
+        card.failed,
+        match card.unknown {
+            0 => String::new(),
+            n => format!(", {n} unknown"),
+        },
+        match card.unreachable {
+            0 => String::new(),
+            n => format!("; {n} never reached the provider"),
+        },
+        count(card.attempts, "attempt"),
+        if card.parked { ", PARKED" } else { "" },
+        card_models(&card.models),
+        one_line(card.title.as_deref().unwrap_or("(card gone)"))
+    )
 }
 
 fn print_calls(
