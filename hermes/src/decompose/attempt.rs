@@ -559,96 +559,18 @@ impl Tries<'_> {
             last_started_ms: None,
         };
         for try_no in 1..=self.budget.tries {
-            if *shutdown.borrow() {
-                // Nothing leaves once shutdown began; the attempt itself stays counted.
-                sent.end = End::Aborted;
-                break;
-            }
-            if try_no > 1 {
-                let End::Failed(last) = std::mem::replace(&mut sent.end, End::Aborted) else {
-                    break;
-                };
-                match self.wait_before(try_no - 1, &last) {
-                    Err(why) => {
-                        sent.end = End::Stopped { last, why };
-                        break;
-                    }
-                    Ok(wait) => {
-                        let stopped = tokio::select! {
-                            biased;
-                            _ = wait_for_shutdown(&mut shutdown) => true,
-                            _ = tokio::time::sleep(wait) => false,
-                        };
-                        if stopped {
-                            sent.end = End::Aborted;
-                            break;
-                        }
-                        sent.end = End::Failed(last);
-                    }
-                }
-            } else if !self.budget.fits(self.started.elapsed(), Duration::ZERO) {
-                sent.end = End::NotSent(
-                    "the board was too slow to start the request inside the attempt's span".into(),
-                );
+            if !self.may_try(try_no, &mut sent, &mut shutdown).await {
                 break;
             }
             let started_ms = now_ms();
-            let open = LedgerOpen {
-                task_id: self.ticket.task_id.clone(),
-                origin: self.origin,
-                attempt: self.ticket.attempt,
-                try_no,
-                started_at_ms: started_ms,
-                // Paid calls, retries included, keep to the board's guards: none leaves once
-                // another's refusal is recorded (B5), none breaks the hourly ceiling (B6) —
-                // unless a person forced this attempt past them.
-                guards: (!self.forced).then_some(cfg.kanban.decompose_calls_per_hour),
-                fence: Some(self.ticket.lease.clone()),
-                model: Some(self.ctx.client.model().to_owned()),
-            };
-            let ledger_id = match self
-                .store
-                .call(move |s| s.ledger_open(&open))
-                .await
-                .map_err(AttemptError::after(sent.delivered))?
-            {
-                Ok(id) => id,
-                Err(refusal) => {
-                    sent.end = match std::mem::replace(&mut sent.end, End::Aborted) {
-                        End::Failed(last) => End::Stopped {
-                            last,
-                            why: refusal.to_string(),
-                        },
-                        _ => End::NotSent(refusal.to_string()),
-                    };
-                    break;
-                }
+            let Some(ledger_id) = self.open_row(try_no, started_ms, &mut sent).await? else {
+                break;
             };
             sent.requests += 1;
             sent.last_started_ms = Some(started_ms);
-            let result = self.request(&messages, &mut shutdown).await;
-            // Parsed before the ledger row is closed, so the row can say whether the paid
-            // answer was usable.
-            let (end, close) = match result {
-                None => (End::Aborted, ledger_failed(None)),
-                Some(Err(err)) => {
-                    let close = ledger_failed(Some(&err));
-                    (End::Failed(err), close)
-                }
-                Some(Ok(done)) => {
-                    let verdict = parse_reply(&done.content, &limits);
-                    let close = ledger_answered(&done, verdict.as_ref().err());
-                    (End::Answered(verdict), close)
-                }
-            };
-            let undelivered = matches!(&end, End::Failed(err) if err.is_undelivered());
-            if !undelivered {
-                sent.delivered += 1;
-            }
-            self.store
-                .call(move |s| s.ledger_close(ledger_id, &close))
-                .await
-                .map_err(AttemptError::after(sent.delivered))?;
+            let end = self
+                .try_once(ledger_id, &messages, &limits, &mut shutdown, &mut sent)
+                .await?;
             let retry = matches!(&end, End::Failed(err) if err.is_transient());
             sent.end = end;
             if !retry {
@@ -656,6 +578,129 @@ impl Tries<'_> {
             }
         }
         Ok(sent)
+    }
+
+    /// Whether try number `try_no` may be sent: not once shutdown began, a retry only after its
+    /// wait (and only if it still fits in the attempt's span), the first only if the board was
+    /// quick enough to leave room for it. When not, `sent.end` says why.
+    async fn may_try(
+        &self,
+        try_no: u32,
+        sent: &mut Sent,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        if *shutdown.borrow() {
+            // Nothing leaves once shutdown began; the attempt itself stays counted.
+            sent.end = End::Aborted;
+            return false;
+        }
+        if try_no > 1 {
+            let End::Failed(last) = std::mem::replace(&mut sent.end, End::Aborted) else {
+                return false;
+            };
+            match self.wait_before(try_no - 1, &last) {
+                Err(why) => {
+                    sent.end = End::Stopped { last, why };
+                    return false;
+                }
+                Ok(wait) => {
+                    let stopped = tokio::select! {
+                        biased;
+                        _ = wait_for_shutdown(shutdown) => true,
+                        _ = tokio::time::sleep(wait) => false,
+                    };
+                    if stopped {
+                        sent.end = End::Aborted;
+                        return false;
+                    }
+                    sent.end = End::Failed(last);
+                }
+            }
+        } else if !self.budget.fits(self.started.elapsed(), Duration::ZERO) {
+            sent.end = End::NotSent(
+                "the board was too slow to start the request inside the attempt's span".into(),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// Opens try number `try_no`'s ledger row, started at `started_ms`; `None` when the board's
+    /// guards refused it (`sent.end` then says why).
+    async fn open_row(
+        &self,
+        try_no: u32,
+        started_ms: i64,
+        sent: &mut Sent,
+    ) -> Result<Option<i64>, AttemptError> {
+        let cfg = &self.ctx.config;
+        let open = LedgerOpen {
+            task_id: self.ticket.task_id.clone(),
+            origin: self.origin,
+            attempt: self.ticket.attempt,
+            try_no,
+            started_at_ms: started_ms,
+            // Paid calls, retries included, keep to the board's guards: none leaves once
+            // another's refusal is recorded (B5), none breaks the hourly ceiling (B6) —
+            // unless a person forced this attempt past them.
+            guards: (!self.forced).then_some(cfg.kanban.decompose_calls_per_hour),
+            fence: Some(self.ticket.lease.clone()),
+            model: Some(self.ctx.client.model().to_owned()),
+        };
+        match self
+            .store
+            .call(move |s| s.ledger_open(&open))
+            .await
+            .map_err(AttemptError::after(sent.delivered))?
+        {
+            Ok(id) => Ok(Some(id)),
+            Err(refusal) => {
+                sent.end = match std::mem::replace(&mut sent.end, End::Aborted) {
+                    End::Failed(last) => End::Stopped {
+                        last,
+                        why: refusal.to_string(),
+                    },
+                    _ => End::NotSent(refusal.to_string()),
+                };
+                Ok(None)
+            }
+        }
+    }
+
+    /// Sends one request on the open ledger row `ledger_id`, judges its answer and closes the
+    /// row with what it cost and whether it was usable.
+    async fn try_once(
+        &self,
+        ledger_id: i64,
+        messages: &[crate::aux_client::ChatMessage],
+        limits: &GraphLimits<'_>,
+        shutdown: &mut watch::Receiver<bool>,
+        sent: &mut Sent,
+    ) -> Result<End, AttemptError> {
+        let result = self.request(messages, shutdown).await;
+        // Parsed before the ledger row is closed, so the row can say whether the paid
+        // answer was usable.
+        let (end, close) = match result {
+            None => (End::Aborted, ledger_failed(None)),
+            Some(Err(err)) => {
+                let close = ledger_failed(Some(&err));
+                (End::Failed(err), close)
+            }
+            Some(Ok(done)) => {
+                let verdict = parse_reply(&done.content, limits);
+                let close = ledger_answered(&done, verdict.as_ref().err());
+                (End::Answered(verdict), close)
+            }
+        };
+        let undelivered = matches!(&end, End::Failed(err) if err.is_undelivered());
+        if !undelivered {
+            sent.delivered += 1;
+        }
+        self.store
+            .call(move |s| s.ledger_close(ledger_id, &close))
+            .await
+            .map_err(AttemptError::after(sent.delivered))?;
+        Ok(end)
     }
 
     /// One request. On shutdown, a request already on its way may still answer for
