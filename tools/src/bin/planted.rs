@@ -134,38 +134,7 @@ fn run(args: Args) -> anyhow::Result<bool> {
             bug.name,
             bug.what
         );
-        let started = Instant::now();
-        let verdict = plant(&tree, &bug.path).and_then(|planted| {
-            if !planted {
-                return Ok(("did not apply".to_owned(), Vec::new()));
-            }
-            let result = run_suite(&ws, &tree, &target, !args.no_explore);
-            revert(&tree)?;
-            let (failed, built) = result?;
-            Ok(match (built, failed.is_empty()) {
-                (false, _) => ("did not build".to_owned(), failed),
-                (true, false) => ("caught".to_owned(), failed),
-                (true, true) => ("missed".to_owned(), failed),
-            })
-        })?;
-        let shown: Vec<&str> = verdict.1.iter().take(3).map(String::as_str).collect();
-        let more = verdict.1.len().saturating_sub(shown.len());
-        eprintln!(
-            "planted:   {} ({}{})",
-            verdict.0,
-            shown.join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            }
-        );
-        outcomes.push(Outcome {
-            bug: bug.clone(),
-            verdict: verdict.0,
-            failed: verdict.1.into_iter().take(5).collect(),
-            seconds: started.elapsed().as_secs_f64(),
-        });
+        outcomes.push(try_bug(&ws, &tree, &target, bug, !args.no_explore)?);
     }
     let caught = outcomes.iter().filter(|o| o.verdict == "caught").count();
     let counted = outcomes
@@ -190,6 +159,49 @@ fn run(args: Args) -> anyhow::Result<bool> {
         }))?,
     )?;
     Ok(counted == outcomes.len())
+}
+
+/// Plants `bug` in `tree`, runs the suite on it and takes the bug out again: caught, missed,
+/// did not apply or did not build, with the tests that failed.
+fn try_bug(
+    ws: &Workspace,
+    tree: &Path,
+    target: &Path,
+    bug: &Bug,
+    explore: bool,
+) -> anyhow::Result<Outcome> {
+    let started = Instant::now();
+    let verdict = plant(tree, &bug.path).and_then(|planted| {
+        if !planted {
+            return Ok(("did not apply".to_owned(), Vec::new()));
+        }
+        let result = run_suite(ws, tree, target, explore);
+        revert(tree)?;
+        let (failed, built) = result?;
+        Ok(match (built, failed.is_empty()) {
+            (false, _) => ("did not build".to_owned(), failed),
+            (true, false) => ("caught".to_owned(), failed),
+            (true, true) => ("missed".to_owned(), failed),
+        })
+    })?;
+    let shown: Vec<&str> = verdict.1.iter().take(3).map(String::as_str).collect();
+    let more = verdict.1.len().saturating_sub(shown.len());
+    eprintln!(
+        "planted:   {} ({}{})",
+        verdict.0,
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    );
+    Ok(Outcome {
+        bug: bug.clone(),
+        verdict: verdict.0,
+        failed: verdict.1.into_iter().take(5).collect(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
 }
 
 /// Every `*.patch` in `dir`, sorted by name, with its header read.

@@ -212,34 +212,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     // From here: what this run did (installs, the suite's build, the tests); cargo's build of
     // this tool came before and is cargo's to show.
     let started = Instant::now();
-    for external in &externals {
-        let (command, describes) = match &external.how {
-            How::Command(command) => (Some(command.clone()), format!("the command `{command}`")),
-            How::Install { source, .. } if args.no_run => (None, source.describe()),
-            How::Install {
-                source,
-                constraints,
-            } => {
-                let install = install(&ws, source, constraints.as_deref())?;
-                if args.install_only {
-                    println!("{}", install.command());
-                    continue;
-                }
-                (
-                    Some(install.command()),
-                    format!("{} ({})", source.describe(), install.provides),
-                )
-            }
-        };
-        plans.push(Plan {
-            name: external.name.clone(),
-            describes,
-            profile: "external",
-            command,
-            gaps: external.gaps.clone(),
-            target_profile: external.profile.clone(),
-        });
-    }
+    plans.extend(external_plans(&ws, args, &externals)?);
     if args.install_only {
         return Ok(true);
     }
@@ -255,29 +228,11 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     }
 
     let report = Report::build(runs, today());
-    let out_dir = "conformance";
-    for run in &report.runs {
-        let single = Report::build(vec![run.clone()], report.date.clone());
-        ws.write_report(out_dir, &run.name, &single.markdown(), &single.json())?;
-    }
-    let markdown = report.markdown();
-    let written = ws.write_report(out_dir, "report", &markdown, &report.json())?;
-    let commit = tools::workspace::head_commit(&ws.root);
-    // The short form the docs embed (`cargo docs --take conformance`), and CI's step summary.
-    let summary = report.compact_markdown(&commit);
-    std::fs::write(written.with_file_name("summary.md"), &summary)
-        .context("writing the report's summary")?;
-    std::fs::write(
-        written.with_file_name("report.html"),
-        tools::html::page(&report, &commit),
-    )
-    .context("writing report.html")?;
-    std::fs::write(
-        written.with_file_name("verdicts-junit.xml"),
-        tools::verdict_junit::write(&report)?,
-    )
-    .context("writing verdicts-junit.xml")?;
-    add_to_step_summary(&summary)?;
+    let Written {
+        file: written,
+        markdown,
+        commit,
+    } = write_reports(&ws, &report)?;
     if let Some(file) = &args.write_gaps {
         write_gaps(&report, &plans, &commit, &cwd.join(file))?;
     }
@@ -302,6 +257,85 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         );
     }
     Ok(report.all_held())
+}
+
+/// The plan of each external target, installing those that are installed (unless `--no-run`).
+/// With `--install-only` each install's command is printed and no plan is made.
+fn external_plans(
+    ws: &Workspace,
+    args: &Args,
+    externals: &[External],
+) -> anyhow::Result<Vec<Plan>> {
+    let mut plans = Vec::new();
+    for external in externals {
+        let (command, describes) = match &external.how {
+            How::Command(command) => (Some(command.clone()), format!("the command `{command}`")),
+            How::Install { source, .. } if args.no_run => (None, source.describe()),
+            How::Install {
+                source,
+                constraints,
+            } => {
+                let install = install(ws, source, constraints.as_deref())?;
+                if args.install_only {
+                    println!("{}", install.command());
+                    continue;
+                }
+                (
+                    Some(install.command()),
+                    format!("{} ({})", source.describe(), install.provides),
+                )
+            }
+        };
+        plans.push(Plan {
+            name: external.name.clone(),
+            describes,
+            profile: "external",
+            command,
+            gaps: external.gaps.clone(),
+            target_profile: external.profile.clone(),
+        });
+    }
+    Ok(plans)
+}
+
+/// What [`write_reports`] wrote: the full table's file, its markdown, and the commit judged.
+struct Written {
+    file: PathBuf,
+    markdown: String,
+    commit: String,
+}
+
+/// Writes the report in each of its forms: per target and whole (markdown and JSON), the
+/// summary the docs embed, the HTML page, the JUnit verdicts, and CI's step summary.
+fn write_reports(ws: &Workspace, report: &Report) -> anyhow::Result<Written> {
+    let out_dir = "conformance";
+    for run in &report.runs {
+        let single = Report::build(vec![run.clone()], report.date.clone());
+        ws.write_report(out_dir, &run.name, &single.markdown(), &single.json())?;
+    }
+    let markdown = report.markdown();
+    let written = ws.write_report(out_dir, "report", &markdown, &report.json())?;
+    let commit = tools::workspace::head_commit(&ws.root);
+    // The short form the docs embed (`cargo docs --take conformance`), and CI's step summary.
+    let summary = report.compact_markdown(&commit);
+    std::fs::write(written.with_file_name("summary.md"), &summary)
+        .context("writing the report's summary")?;
+    std::fs::write(
+        written.with_file_name("report.html"),
+        tools::html::page(&report, &commit),
+    )
+    .context("writing report.html")?;
+    std::fs::write(
+        written.with_file_name("verdicts-junit.xml"),
+        tools::verdict_junit::write(&report)?,
+    )
+    .context("writing verdicts-junit.xml")?;
+    add_to_step_summary(&summary)?;
+    Ok(Written {
+        file: written,
+        markdown,
+        commit,
+    })
 }
 
 /// `--write-gaps`: the one external target's draft, written to `file`.
@@ -404,54 +438,14 @@ fn select(ws: &Workspace, args: &Args, cwd: &Path) -> anyhow::Result<(bool, Vec<
             "--install-only installs an upstream build: add --target upstream (or another profile)"
         );
     }
-    // A shipped profile goes to the tests by name; a file by its absolute path (nextest runs
-    // each test in its package's directory).
-    let profile_value = |text: &str| -> anyhow::Result<String> {
-        let text = text.trim();
-        if fixtures::profile::SHIPPED
-            .iter()
-            .any(|(name, _)| *name == text)
-        {
-            return Ok(text.to_owned());
-        }
-        let path = cwd.join(text);
-        let value = path.canonicalize().map_or_else(
-            |_| path.display().to_string(),
-            |path| path.display().to_string(),
-        );
-        Profile::select(&value)?;
-        Ok(value)
-    };
-    let given_profile = args.profile.as_deref().map(profile_value).transpose()?;
+    let given_profile = args
+        .profile
+        .as_deref()
+        .map(|text| profile_value(text, cwd))
+        .transpose()?;
     let mut externals = Vec::new();
     for profile in profiles {
-        let (source, name, constraints) = match &args.upstream_from {
-            Some(text) => {
-                let source = Source::parse(text, cwd)?;
-                let name = format!("{}@{}", profile.target, source.slug());
-                // A build under review brings its own dependencies: the profile's pins are
-                // the pinned build's.
-                (source, name, None)
-            }
-            None => {
-                let source = if profile.target == UPSTREAM {
-                    Source::Pinned
-                } else {
-                    match &profile.install {
-                        Some(requirement) => Source::parse(requirement, cwd)?,
-                        None => bail!(
-                            "profile {} says nothing pip can install; run its build with --cmd",
-                            profile.target
-                        ),
-                    }
-                };
-                let constraints = profile
-                    .constraints
-                    .as_deref()
-                    .map(|file| upstream::constraints_file(&ws.root, file));
-                (source, profile.target.clone(), constraints)
-            }
-        };
+        let (source, name, constraints) = install_source(ws, args, &profile, cwd)?;
         let gaps = resolve_gaps(ws, args.gaps.as_deref().unwrap_or(&profile.gaps), cwd)?;
         externals.push(External {
             name,
@@ -465,32 +459,107 @@ fn select(ws: &Workspace, args: &Args, cwd: &Path) -> anyhow::Result<(bool, Vec<
         });
     }
     if let (Some(command), Some(name)) = (&args.cmd, &args.name) {
-        if !fixtures::target::is_file_name_safe(name) || name == REFERENCE {
-            bail!(
-                "--name {name:?}: use letters, digits and . _ @ = + - (and not `reference`); it \
-                 names the target's report files"
-            );
-        }
-        fixtures::target::Target::from_command(name.clone(), command)
-            .with_context(|| format!("--cmd {command:?}"))?;
-        let from_profile = given_profile
-            .as_deref()
-            .map(Profile::select)
-            .transpose()?
-            .map(|profile| profile.gaps);
-        let gaps = match args.gaps.as_deref().or(from_profile.as_deref()) {
-            Some(text) => resolve_gaps(ws, text, cwd)?,
-            None => "none".to_owned(),
-        };
-        externals.push(External {
-            name: name.clone(),
-            how: How::Command(command.clone()),
-            gaps,
-            profile: given_profile.clone(),
-            python: None,
-        });
+        externals.push(command_external(
+            ws,
+            args,
+            command,
+            name,
+            given_profile,
+            cwd,
+        )?);
     }
     Ok((wants_reference, externals))
+}
+
+/// The `HERMES_PROFILE` value for `--profile TEXT`: a shipped profile goes to the tests by name,
+/// a file by its absolute path (nextest runs each test in its package's directory).
+fn profile_value(text: &str, cwd: &Path) -> anyhow::Result<String> {
+    let text = text.trim();
+    if fixtures::profile::SHIPPED
+        .iter()
+        .any(|(name, _)| *name == text)
+    {
+        return Ok(text.to_owned());
+    }
+    let path = cwd.join(text);
+    let value = path.canonicalize().map_or_else(
+        |_| path.display().to_string(),
+        |path| path.display().to_string(),
+    );
+    Profile::select(&value)?;
+    Ok(value)
+}
+
+/// Where a shipped profile's build is installed from (`--upstream-from`'s build under review,
+/// or the profile's own requirement), the target name its records carry, and its pins.
+fn install_source(
+    ws: &Workspace,
+    args: &Args,
+    profile: &Profile,
+    cwd: &Path,
+) -> anyhow::Result<(Source, String, Option<PathBuf>)> {
+    match &args.upstream_from {
+        Some(text) => {
+            let source = Source::parse(text, cwd)?;
+            let name = format!("{}@{}", profile.target, source.slug());
+            // A build under review brings its own dependencies: the profile's pins are
+            // the pinned build's.
+            Ok((source, name, None))
+        }
+        None => {
+            let source = if profile.target == UPSTREAM {
+                Source::Pinned
+            } else {
+                match &profile.install {
+                    Some(requirement) => Source::parse(requirement, cwd)?,
+                    None => bail!(
+                        "profile {} says nothing pip can install; run its build with --cmd",
+                        profile.target
+                    ),
+                }
+            };
+            let constraints = profile
+                .constraints
+                .as_deref()
+                .map(|file| upstream::constraints_file(&ws.root, file));
+            Ok((source, profile.target.clone(), constraints))
+        }
+    }
+}
+
+/// The external target `--cmd COMMAND --name NAME` runs, judged by `--gaps` or its profile's.
+fn command_external(
+    ws: &Workspace,
+    args: &Args,
+    command: &str,
+    name: &str,
+    given_profile: Option<String>,
+    cwd: &Path,
+) -> anyhow::Result<External> {
+    if !fixtures::target::is_file_name_safe(name) || name == REFERENCE {
+        bail!(
+            "--name {name:?}: use letters, digits and . _ @ = + - (and not `reference`); it \
+             names the target's report files"
+        );
+    }
+    fixtures::target::Target::from_command(name.to_owned(), command)
+        .with_context(|| format!("--cmd {command:?}"))?;
+    let from_profile = given_profile
+        .as_deref()
+        .map(Profile::select)
+        .transpose()?
+        .map(|profile| profile.gaps);
+    let gaps = match args.gaps.as_deref().or(from_profile.as_deref()) {
+        Some(text) => resolve_gaps(ws, text, cwd)?,
+        None => "none".to_owned(),
+    };
+    Ok(External {
+        name: name.to_owned(),
+        how: How::Command(command.to_owned()),
+        gaps,
+        profile: given_profile,
+        python: None,
+    })
 }
 
 fn shipped_names() -> String {
