@@ -56,6 +56,27 @@ pub fn task_id(index: usize) -> String {
     format!("t_{n:08x}")
 }
 
+/// Where card `index` (created at `created_at`) is in its life: status, started and completed
+/// times, assignee. A group of ten holds one of each shape.
+fn lifecycle(
+    index: usize,
+    created_at: i64,
+) -> (&'static str, Option<i64>, Option<i64>, Option<&'static str>) {
+    match index % 10 {
+        0 => ("triage", None, None, None),
+        1 | 2 => ("todo", None, None, Some("default")),
+        3 | 4 => ("ready", None, None, Some("default")),
+        5 => ("running", Some(created_at + 30), None, Some("default")),
+        6..=8 => (
+            "done",
+            Some(created_at + 30),
+            Some(created_at + 50),
+            Some("default"),
+        ),
+        _ => ("archived", None, None, None),
+    }
+}
+
 /// Writes a board of `tasks` cards at `dir/kanban.db`, as of `now_ms`.
 pub fn build(dir: &Path, tasks: usize, now_ms: i64) -> anyhow::Result<BenchBoard> {
     let path = dir.join("kanban.db");
@@ -94,19 +115,7 @@ pub fn build(dir: &Path, tasks: usize, now_ms: i64) -> anyhow::Result<BenchBoard
             // Oldest first, one card a minute, ending now.
             let created_at = now_secs - 60 * (tasks - index) as i64;
             let group = index / 10;
-            let (status, started_at, completed_at, assignee) = match index % 10 {
-                0 => ("triage", None, None, None),
-                1 | 2 => ("todo", None, None, Some("default")),
-                3 | 4 => ("ready", None, None, Some("default")),
-                5 => ("running", Some(created_at + 30), None, Some("default")),
-                6..=8 => (
-                    "done",
-                    Some(created_at + 30),
-                    Some(created_at + 50),
-                    Some("default"),
-                ),
-                _ => ("archived", None, None, None),
-            };
+            let (status, started_at, completed_at, assignee) = lifecycle(index, created_at);
             task.execute(params![
                 id,
                 format!("card {index}"),

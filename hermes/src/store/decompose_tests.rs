@@ -1529,6 +1529,10 @@ fn the_ceiling_refuses_a_request_at_the_limit_and_forgets_calls_older_than_an_ho
     assert!(store.ledger_open(&later).unwrap().is_ok());
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 #[test]
 fn usage_totals_cards_window_and_pause() {
     let (_dir, mut store) = scratch();

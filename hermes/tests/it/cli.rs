@@ -57,6 +57,10 @@ fn rows(db: &std::path::Path, sql: &str) -> i64 {
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 #[test]
 fn smoke_create_show_list_link_archive() {
     let s = Scratch::new();

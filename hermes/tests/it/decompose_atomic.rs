@@ -332,6 +332,10 @@ fn config(server: &AuxModel, max_attempts: u32) -> Config {
     config
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "one generated case run and judged as one scenario, top to bottom"
+)]
 fn run_case(server: &AuxModel, scenario: &Scenario) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("kanban.db");

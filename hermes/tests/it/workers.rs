@@ -9,6 +9,10 @@ use serde_json::json;
 use crate::worker_kit::*;
 use fixtures::wait::wait_until_or;
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 #[test]
 fn a_ready_card_gets_one_worker_whose_turns_carry_the_tools_and_its_card() {
     let board = WorkerBoard::new("  max_spawn: 2\n");

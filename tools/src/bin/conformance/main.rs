@@ -322,12 +322,12 @@ fn write_reports(ws: &Workspace, report: &Report) -> anyhow::Result<Written> {
         .context("writing the report's summary")?;
     std::fs::write(
         written.with_file_name("report.html"),
-        tools::html::page(&report, &commit),
+        tools::html::page(report, &commit),
     )
     .context("writing report.html")?;
     std::fs::write(
         written.with_file_name("verdicts-junit.xml"),
-        tools::verdict_junit::write(&report)?,
+        tools::verdict_junit::write(report)?,
     )
     .context("writing verdicts-junit.xml")?;
     add_to_step_summary(&summary)?;
