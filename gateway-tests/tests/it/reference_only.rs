@@ -15,6 +15,7 @@
 //! | `unreadable` | cards another tool wrote with text that is not text: set aside unpaid, one WARN each |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
 //! | `secrets` | no output of a whole run, nor the board, shows the key or a URL's password |
+//! | `workers` | the workers' ledger rows and `usage` halves; a card parked by its spawn budget, warned about, unparked |
 
 mod claims;
 mod clock;
@@ -26,6 +27,7 @@ mod one_file;
 mod recovery;
 mod secrets;
 mod unreadable;
+mod workers;
 
 use std::time::{Duration, Instant};
 
