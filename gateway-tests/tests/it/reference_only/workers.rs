@@ -18,12 +18,11 @@ fn kanban_usage_splits_the_halves_and_lists_every_worker_request(
     let idea = board.create("an idea to split", &["--triage"]);
 
     let mut run = board.scenario();
-    run.start()
-        .first_session(&card)
-        .first_bill(&idea)
-        .until(std::time::Duration::from_secs(10), "the card done and its worker gone", || {
-            board.rows().status(&card) == "done" && board.census().live_for(&card) == 0
-        });
+    run.start().first_session(&card).first_bill(&idea).until(
+        std::time::Duration::from_secs(10),
+        "the card done and its worker gone",
+        || board.rows().status(&card) == "done" && board.census().live_for(&card) == 0,
+    );
     let seen = run.stop();
     let usage = board.cli_json(["kanban", "usage", "--json"]);
     let calls = board.cli(["kanban", "usage", "--calls", "--json"]).stdout;
@@ -54,7 +53,11 @@ fn kanban_usage_splits_the_halves_and_lists_every_worker_request(
             &usage["totals"]["calls"],
             &Value::from(worker_requests + aux.bills()),
         )
-        .equal("usage --calls: worker lines", &worker_lines, &worker_requests)
+        .equal(
+            "usage --calls: worker lines",
+            &worker_lines,
+            &worker_requests,
+        )
         .verdict("kanban usage shows both halves' spend")
         .over(&seen)
         .context(|| format!("{usage}\n{calls}\n{}", board.diag(&card)))
@@ -72,9 +75,11 @@ fn a_card_parked_by_its_spawn_budget_is_listed_warned_about_once_and_unparked(
     let mut run = board.scenario();
     run.start()
         .sessions(&card, FAILURE_LIMIT)
-        .until(std::time::Duration::from_secs(10), "the card parked", || {
-            !board.rows().events(&card, "spawn_parked").is_empty()
-        })
+        .until(
+            std::time::Duration::from_secs(10),
+            "the card parked",
+            || !board.rows().events(&card, "spawn_parked").is_empty(),
+        )
         .prove_ticks(crate::workers::PROBE_TICKS);
     let parked = board.cli_json(["kanban", "list", "--parked", "--json"]);
     let before_unpark = aux.sessions_for(&card);

@@ -36,9 +36,11 @@ fn a_failing_card_waits_its_backoff_and_never_takes_a_fresh_cards_place(
     let due = Duration::from_secs_f64(backoff.min(5.0)) + board.target().tick_interval();
     run.watch(due);
     let freed = census.kill(&holder);
-    run.settle(spawn_span(&board).saturating_mul(2), "the fresh card's worker", || {
-        aux.sessions_for(&fresh) >= 1
-    })
+    run.settle(
+        spawn_span(&board).saturating_mul(2),
+        "the fresh card's worker",
+        || aux.sessions_for(&fresh) >= 1,
+    )
     .settle(
         spawn_span(&board).saturating_mul(2) + Duration::from_secs_f64(backoff.min(5.0) * 3.0),
         "the failing card's third worker",
