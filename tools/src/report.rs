@@ -11,8 +11,11 @@ use std::fmt::Write as _;
 use fixtures::verdict::{Outcome, Record};
 use serde_json::{json, Value};
 
+pub mod grid;
+
 use crate::junit::Case;
-use crate::verdicts::{listed_label, short, Shown as _};
+use crate::verdicts::{self, listed_label, short, Shown as _};
+use grid::Grid;
 
 /// What one target's run left behind.
 #[derive(Debug, Clone)]
@@ -52,6 +55,9 @@ pub enum Mark {
     Fixed,
     KnownGap,
     Fail,
+    /// `FAIL (no verdict)`: the test concluded nothing (it ended before any verdict, or its
+    /// arrangement was never reached). A failure, never a pass.
+    NoVerdict,
     NotRun,
 }
 
@@ -62,8 +68,14 @@ impl Mark {
             Mark::Fixed => "fixed",
             Mark::KnownGap => "known_gap",
             Mark::Fail => "fail",
+            Mark::NoVerdict => "no_verdict",
             Mark::NotRun => "n/a",
         }
+    }
+
+    /// Whether the cell fails the run.
+    pub fn fails(self) -> bool {
+        matches!(self, Mark::Fail | Mark::NoVerdict)
     }
 }
 
@@ -102,7 +114,8 @@ pub struct Row {
     pub key: String,
     pub package: String,
     pub scenario: String,
-    /// The promises its verdicts are about, in first-seen order (`B1`, `cli`, …).
+    /// The promises its own verdicts are about, in first-seen order (`B1`, `cli`, …); the
+    /// oracle's, which judge every run, are not the test's.
     pub bounds: Vec<String>,
     pub cells: Vec<Cell>,
 }
@@ -122,8 +135,13 @@ pub struct Counts {
     pub known_gap: usize,
     pub fixed: usize,
     pub fail: usize,
+    pub no_verdict: usize,
     pub not_run: usize,
 }
+
+/// The version of `report.json`'s shape (documented in `docs/report.md`); raised on any change a
+/// reader of the file would notice.
+pub const FORMAT_VERSION: u32 = 1;
 
 /// The promises of contract §7 and the contracts around them, in words: (label, short, long).
 const BOUNDS: &[(&str, &str, &str)] = &[
@@ -235,6 +253,17 @@ const BOUNDS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The labels of the bounds a report knows, in the order reports show them.
+pub const BOUND_LABELS: [&str; BOUNDS.len()] = {
+    let mut labels = [""; BOUNDS.len()];
+    let mut index = 0;
+    while index < BOUNDS.len() {
+        labels[index] = BOUNDS[index].0;
+        index += 1;
+    }
+    labels
+};
+
 /// `B1` → `B1 budget`; `cli` → `CLI contract`; anything unknown stays as it is.
 pub fn bound_words(bound: &str) -> String {
     match BOUNDS.iter().find(|(label, _, _)| *label == bound) {
@@ -262,7 +291,7 @@ impl Report {
                 let cells: Vec<Cell> = runs.iter().map(|run| cell(run, &key)).collect();
                 let mut bounds: Vec<String> = Vec::new();
                 for verdict in cells.iter().flat_map(|c| &c.verdicts) {
-                    if !bounds.contains(&verdict.bound) {
+                    if !is_oracle(verdict) && !bounds.contains(&verdict.bound) {
                         bounds.push(verdict.bound.clone());
                     }
                 }
@@ -278,13 +307,13 @@ impl Report {
         Report { runs, rows, date }
     }
 
-    /// True when no cell is `FAIL`.
+    /// True when no cell is `FAIL` or `FAIL (no verdict)`.
     pub fn all_held(&self) -> bool {
         !self
             .rows
             .iter()
             .flat_map(|r| &r.cells)
-            .any(|c| c.mark == Mark::Fail)
+            .any(|c| c.mark.fails())
     }
 
     pub fn counts(&self, target: usize) -> Counts {
@@ -295,52 +324,23 @@ impl Report {
                 Mark::Fixed => counts.fixed += 1,
                 Mark::KnownGap => counts.known_gap += 1,
                 Mark::Fail => counts.fail += 1,
+                Mark::NoVerdict => counts.no_verdict += 1,
                 Mark::NotRun => counts.not_run += 1,
             }
         }
         counts
     }
 
-    /// The short summary for the terminal: one line per target, then the news (fixed?) and
-    /// every FAIL with its reason.
+    /// The short summary for the terminal: the counts per target (tests), the grid of bounds
+    /// by targets with the oracle's row, the invariants the oracle found broken, then the news
+    /// (fixed?) and every failure with its reason.
     pub fn summary(&self) -> String {
-        let width = self
-            .runs
-            .iter()
-            .map(|r| r.name.chars().count())
-            .max()
-            .unwrap_or(6)
-            .max(6);
-        let mut out = format!(
-            "{:<width$}  {:>5}  {:>9}  {:>6}  {:>4}  {:>4}  {:>8}\n",
-            "target", "pass", "known gap", "fixed?", "FAIL", "n/a", "time"
-        );
-        for (index, run) in self.runs.iter().enumerate() {
-            let c = self.counts(index);
-            let _ = writeln!(
-                out,
-                "{:<width$}  {:>5}  {:>9}  {:>6}  {:>4}  {:>4}  {:>8}",
-                run.name,
-                c.pass,
-                c.known_gap,
-                c.fixed,
-                c.fail,
-                c.not_run,
-                format_seconds(run.seconds)
-            );
-        }
-        out.push_str(&self.by_bound(width));
+        let mut out = self.counts_table();
+        out.push('\n');
+        out.push_str(&Grid::of(self).text());
+        let mut first_broken = true;
         for run in &self.runs {
-            let counts = oracle_counts(run);
-            if counts.is_empty() {
-                continue;
-            }
-            let (pass, known, fail) = counts
-                .iter()
-                .fold((0, 0, 0), |(p, k, f), (_, pass, known, fail)| {
-                    (p + pass, k + known, f + fail)
-                });
-            let broken: Vec<String> = counts
+            let broken: Vec<String> = oracle_counts(run)
                 .iter()
                 .filter(|(_, _, known, fail)| known + fail > 0)
                 .map(|(words, _, known, fail)| {
@@ -350,24 +350,19 @@ impl Report {
                     )
                 })
                 .collect();
-            let _ = write!(
-                out,
-                "\noracle on {}: {} invariant verdicts, {pass} kept, {known} known gap, {fail} FAIL",
-                run.name,
-                pass + known + fail
-            );
-            if broken.is_empty() {
-                out.push('\n');
-            } else {
-                let _ = writeln!(out, "; broken: {}", broken.join("; "));
+            if !broken.is_empty() {
+                if std::mem::take(&mut first_broken) {
+                    out.push('\n');
+                }
+                let _ = writeln!(out, "oracle on {}, broken: {}", run.name, broken.join("; "));
             }
         }
-        for (mark, heading) in [
+        for (marks, heading) in [
             (
-                Mark::Fixed,
+                &[Mark::Fixed][..],
                 "fixed? (a listed gap did not fire: check, then drop it from the list)",
             ),
-            (Mark::Fail, "FAIL"),
+            (&[Mark::Fail, Mark::NoVerdict][..], "FAIL"),
         ] {
             let lines: Vec<String> = self
                 .rows
@@ -376,7 +371,7 @@ impl Report {
                     self.runs
                         .iter()
                         .zip(&row.cells)
-                        .filter(move |(_, cell)| cell.mark == mark)
+                        .filter(move |(_, cell)| marks.contains(&cell.mark))
                         .map(move |(run, cell)| {
                             format!(
                                 "  {} · {} {}: {}",
@@ -398,45 +393,33 @@ impl Report {
         out
     }
 
-    /// What a user came for: each bound of the contract, and how its verdicts (the tests' and
-    /// the oracle's) came out on each target.
-    fn by_bound(&self, width: usize) -> String {
-        let label_width = BOUNDS
+    /// One line per target: its tests by mark, and the run's time.
+    fn counts_table(&self) -> String {
+        let width = self
+            .runs
             .iter()
-            .map(|(label, _, _)| bound_words(label).chars().count())
+            .map(|r| r.name.chars().count())
             .max()
-            .unwrap_or(0);
-        let cells: Vec<Vec<String>> = BOUNDS
-            .iter()
-            .map(|(label, _, _)| self.runs.iter().map(|run| bound_cell(run, label)).collect())
-            .collect();
-        let column = cells
-            .iter()
-            .flatten()
-            .map(|cell| cell.chars().count())
-            .chain(self.runs.iter().map(|run| run.name.chars().count()))
-            .max()
-            .unwrap_or(width);
+            .unwrap_or(6)
+            .max(6);
         let mut out = format!(
-            "
-{:<label_width$}",
-            "by bound (verdicts)"
+            "{:<width$}  {:>5}  {:>9}  {:>6}  {:>4}  {:>10}  {:>4}  {:>8}\n",
+            "target", "pass", "known gap", "fixed?", "FAIL", "no verdict", "n/a", "time"
         );
-        for run in &self.runs {
-            let _ = write!(out, "  {:<column$}", run.name);
-        }
-        out = out.trim_end().to_owned();
-        out.push('\n');
-        for ((label, _, _), row) in BOUNDS.iter().zip(&cells) {
-            if row.iter().all(|cell| cell == NO_VERDICTS) {
-                continue;
-            }
-            let _ = write!(out, "{:<label_width$}", bound_words(label));
-            for cell in row {
-                let _ = write!(out, "  {cell:<column$}");
-            }
-            out = out.trim_end().to_owned();
-            out.push('\n');
+        for (index, run) in self.runs.iter().enumerate() {
+            let c = self.counts(index);
+            let _ = writeln!(
+                out,
+                "{:<width$}  {:>5}  {:>9}  {:>6}  {:>4}  {:>10}  {:>4}  {:>8}",
+                run.name,
+                c.pass,
+                c.known_gap,
+                c.fixed,
+                c.fail,
+                c.no_verdict,
+                c.not_run,
+                format_seconds(run.seconds)
+            );
         }
         out
     }
@@ -454,6 +437,8 @@ impl Report {
                 run.pace_words()
             );
         }
+        out.push('\n');
+        out.push_str(&Grid::of(self).markdown());
         out.push_str("\n| suite | scenario | bound |");
         for run in &self.runs {
             let _ = write!(out, " {} |", run.name);
@@ -482,8 +467,8 @@ impl Report {
             let c = self.counts(index);
             let _ = writeln!(
                 out,
-                "- **{}**: {} pass, {} known gap(s), {} fixed?, {} FAIL, {} n/a",
-                run.name, c.pass, c.known_gap, c.fixed, c.fail, c.not_run
+                "- **{}**: {} pass, {} known gap(s), {} fixed?, {} FAIL, {} no verdict, {} n/a",
+                run.name, c.pass, c.known_gap, c.fixed, c.fail, c.no_verdict, c.not_run
             );
         }
         out.push_str(&self.oracle_markdown());
@@ -511,9 +496,9 @@ impl Report {
         out
     }
 
-    /// The report in short, for the docs (`docs/report.md` embeds it through `cargo docs`): who
-    /// was run, the counts, one row per test with each target's mark (no figures), and the
-    /// oracle's table.
+    /// The report in short, for the docs (`docs/report.md` embeds it through `cargo docs`) and
+    /// CI's step summary: who was run with their counts, the grid of bounds by targets, each
+    /// `fixed?` and failing cell, and the oracle's table. The row per test is report.md's.
     pub fn compact_markdown(&self, commit: &str) -> String {
         let mut out = format!(
             "A real run of `cargo conformance` on {} at `{commit}`:\n\n",
@@ -523,7 +508,8 @@ impl Report {
             let c = self.counts(index);
             let _ = writeln!(
                 out,
-                "- **{}**: {}; gap list `{}`; {} pass, {} known gap, {} fixed?, {} FAIL, {} n/a; {}{}",
+                "- **{}**: {}; gap list `{}`; {} pass, {} known gap, {} fixed?, {} FAIL, {} no \
+                 verdict, {} n/a; {}{}",
                 run.name,
                 run.describes,
                 run.gap_list,
@@ -531,26 +517,39 @@ impl Report {
                 c.known_gap,
                 c.fixed,
                 c.fail,
+                c.no_verdict,
                 c.not_run,
                 format_seconds(run.seconds),
                 run.pace_words()
             );
         }
-        out.push_str("\n| suite | scenario |");
-        for run in &self.runs {
-            let _ = write!(out, " {} |", run.name);
-        }
-        out.push_str("\n|---|---|");
-        for _ in &self.runs {
-            out.push_str("---|");
-        }
         out.push('\n');
-        for row in &self.rows {
-            let _ = write!(out, "| {} | {} |", row.package, cell_text(&row.scenario));
-            for cell in &row.cells {
-                let _ = write!(out, " {} |", cell_text(&cell.label));
+        out.push_str(&Grid::of(self).markdown());
+        let news: Vec<String> = self
+            .rows
+            .iter()
+            .flat_map(|row| {
+                self.runs
+                    .iter()
+                    .zip(&row.cells)
+                    .filter(|(_, cell)| cell.mark == Mark::Fixed || cell.mark.fails())
+                    .map(move |(run, cell)| {
+                        format!(
+                            "- {} · {} {}: {}",
+                            run.name,
+                            row.package,
+                            cell_text(&row.scenario),
+                            cell_text(&verdicts::short(&cell.text(), 200))
+                        )
+                    })
+            })
+            .collect();
+        if !news.is_empty() {
+            out.push_str("\nCells that are news (`fixed?`) or failures:\n\n");
+            for line in news {
+                out.push_str(&line);
+                out.push('\n');
             }
-            out.push('\n');
         }
         out.push_str(&self.oracle_markdown());
         out
@@ -603,8 +602,11 @@ impl Report {
         out
     }
 
+    /// The report for tools, in the shape `docs/report.md` documents under
+    /// [`FORMAT_VERSION`].
     pub fn json(&self) -> Value {
         json!({
+            "format_version": FORMAT_VERSION,
             "date": self.date,
             "all_held": self.all_held(),
             "targets": self.runs.iter().enumerate().map(|(index, run)| {
@@ -617,10 +619,11 @@ impl Report {
                     "pace": run.pace,
                     "counts": {
                         "pass": c.pass, "known_gap": c.known_gap, "fixed": c.fixed,
-                        "fail": c.fail, "n/a": c.not_run,
+                        "fail": c.fail, "no_verdict": c.no_verdict, "n/a": c.not_run,
                     },
                 })
             }).collect::<Vec<_>>(),
+            "grid": self.grid_json(),
             "rows": self.rows.iter().map(|row| json!({
                 "test": row.key,
                 "package": row.package,
@@ -637,6 +640,36 @@ impl Report {
                 }).collect::<serde_json::Map<String, Value>>(),
             })).collect::<Vec<_>>(),
         })
+    }
+
+    /// The grid: per row its bound and, per target, the test keys under each status.
+    fn grid_json(&self) -> Value {
+        let grid = Grid::of(self);
+        Value::Array(
+            grid.rows
+                .iter()
+                .map(|row| {
+                    let cells: serde_json::Map<String, Value> = grid
+                        .targets
+                        .iter()
+                        .zip(&row.cells)
+                        .map(|(target, tally)| {
+                            let statuses: serde_json::Map<String, Value> = tally
+                                .tests
+                                .iter()
+                                .map(|(status, rows)| {
+                                    let keys: Vec<&str> =
+                                        rows.iter().map(|i| self.rows[*i].key.as_str()).collect();
+                                    (status.slug().to_owned(), json!(keys))
+                                })
+                                .collect();
+                            (target.clone(), Value::Object(statuses))
+                        })
+                        .collect();
+                    json!({ "bound": row.bound, "words": row.words(), "cells": cells })
+                })
+                .collect(),
+        )
     }
 }
 
@@ -724,29 +757,25 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
                 _ => first.message.clone(),
             };
             // A verdict whose arrangement was not reached concluded nothing about the bound.
-            let label = if failing.iter().all(|verdict| verdict.no_verdict) {
-                "FAIL (no verdict)"
+            let (mark, label) = if failing.iter().all(|verdict| verdict.no_verdict) {
+                (Mark::NoVerdict, "FAIL (no verdict)")
             } else {
-                "FAIL"
+                (Mark::Fail, "FAIL")
             };
             (
-                Mark::Fail,
+                mark,
                 label.to_owned(),
                 failing.clone(),
                 why.map(|w| short(&w, 300)),
             )
         } else if let Some(failure) = junit_failure {
-            let label = if verdicts.is_empty() {
-                "FAIL (no verdict)"
+            // The oracle's verdicts are about the run, not the test's own conclusion.
+            let (mark, label) = if verdicts.iter().all(is_oracle) {
+                (Mark::NoVerdict, "FAIL (no verdict)")
             } else {
-                "FAIL"
+                (Mark::Fail, "FAIL")
             };
-            (
-                Mark::Fail,
-                label.to_owned(),
-                vec![],
-                Some(short(&failure, 300)),
-            )
+            (mark, label.to_owned(), vec![], Some(short(&failure, 300)))
         } else if !known.is_empty() {
             (
                 Mark::KnownGap,
@@ -788,38 +817,6 @@ fn cell(run: &TargetRun, key: &str) -> Cell {
 }
 
 /// Whether a verdict is one of the oracle's (`fixtures::oracle`), not the test's own.
-/// A bound with no verdict on a target (not run there, or no test of it ran).
-const NO_VERDICTS: &str = "-";
-
-/// One target's verdicts on one bound: `12 held`, `3 held, 2 known gap, 1 FAIL`, or
-/// [`NO_VERDICTS`]. A verdict that could not be reached counts as a FAIL, as in the table.
-fn bound_cell(run: &TargetRun, bound: &str) -> String {
-    let (mut held, mut fixed, mut known, mut fail) = (0, 0, 0, 0);
-    for verdict in run.verdicts.iter().filter(|v| v.bound == bound) {
-        match verdict.outcome {
-            Outcome::Pass => held += 1,
-            Outcome::Fixed => fixed += 1,
-            Outcome::KnownGap => known += 1,
-            Outcome::Fail | Outcome::Mismatch => fail += 1,
-        }
-    }
-    let parts: Vec<String> = [
-        (held, "held"),
-        (fixed, "fixed?"),
-        (known, "known gap"),
-        (fail, "FAIL"),
-    ]
-    .iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, words)| format!("{n} {words}"))
-    .collect();
-    if parts.is_empty() {
-        NO_VERDICTS.to_owned()
-    } else {
-        parts.join(", ")
-    }
-}
-
 pub fn is_oracle(verdict: &Record) -> bool {
     verdict.what.starts_with("oracle: ")
 }

@@ -335,7 +335,7 @@ pub fn ensure(
     }
     // A half-made venv (an interrupted install) or one made from something else is rebuilt
     // from scratch.
-    let _ = std::fs::remove_dir_all(&venv);
+    clear(&venv);
     if let Some(parent) = venv.parent() {
         std::fs::create_dir_all(parent).map_err(|source| InstallError::Write {
             path: parent.display().to_string(),
@@ -378,6 +378,25 @@ pub fn ensure(
         fresh: true,
         provides,
     })
+}
+
+/// Removes a venv. A venv path that is a symbolic link (`.ci/run` links them to a cache kept
+/// between runs) keeps its link and loses what it points at, so the new venv lands in the cache.
+fn clear(venv: &Path) {
+    if venv.is_symlink() {
+        if let Ok(entries) = std::fs::read_dir(venv) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let _ = if path.is_dir() && !path.is_symlink() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
+    } else {
+        let _ = std::fs::remove_dir_all(venv);
+    }
 }
 
 /// The `provides` text of a venv that can be reused as it is, or `None`.
@@ -530,6 +549,23 @@ mod tests {
             Path::new("/t/upstream-venv")
         );
         assert_eq!(Source::Checkout(PathBuf::from("/")).slug(), "checkout");
+    }
+
+    #[test]
+    fn a_linked_venv_is_emptied_where_it_points_and_stays_linked() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        std::fs::create_dir_all(cache.join("lib/site")).unwrap();
+        std::fs::write(cache.join("pyvenv.cfg"), "stale").unwrap();
+        let linked = dir.path().join("upstream-venv");
+        std::os::unix::fs::symlink(&cache, &linked).unwrap();
+        clear(&linked);
+        assert!(linked.is_symlink());
+        assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0);
+        let plain = dir.path().join("plain");
+        std::fs::create_dir_all(plain.join("bin")).unwrap();
+        clear(&plain);
+        assert!(!plain.exists());
     }
 
     #[test]

