@@ -211,7 +211,7 @@ fn unparks_of(facts: &Facts<'_>, card: &str) -> Vec<Instant> {
         .collect()
 }
 
-/// 16. Each card's charged sessions between unparks stay within its spawn budget, and each
+/// Invariant 16: each card's charged sessions between unparks stay within its spawn budget, and each
 /// session's turns within `agent.max_turns` turns of `1 + transient_retries` tries.
 pub(crate) fn budget(facts: &Facts<'_>) -> Vec<String> {
     let limit = or_default(facts.loosest(Setting::FailureLimit), Setting::FailureLimit);
@@ -258,7 +258,7 @@ pub(crate) fn budget(facts: &Facts<'_>) -> Vec<String> {
     found
 }
 
-/// 17. At most one live worker per card at any sample of the census; on the reference, no two
+/// Invariant 17: at most one live worker per card at any sample of the census; on the reference, no two
 /// spawn-ledger rows of one card overlap.
 pub(crate) fn one_per_card(facts: &Facts<'_>) -> Vec<String> {
     let mut found = Vec::new();
@@ -303,7 +303,7 @@ pub(crate) fn one_per_card(facts: &Facts<'_>) -> Vec<String> {
     found
 }
 
-/// 18. A card's next session after a charged one waits its spawn backoff (base × 2ⁿ⁻¹ after its
+/// Invariant 18: a card's next session after a charged one waits its spawn backoff (base × 2ⁿ⁻¹ after its
 /// n-th charged session, at most an hour), start to start, unless a person unparked it.
 pub(crate) fn backoff(facts: &Facts<'_>) -> Vec<String> {
     let mut found = Vec::new();
@@ -342,7 +342,7 @@ pub(crate) fn backoff(facts: &Facts<'_>) -> Vec<String> {
     found
 }
 
-/// 19. No worker request while a board-wide pause is in force (whichever half met the refusal),
+/// Invariant 19: no worker request while a board-wide pause is in force (whichever half met the refusal),
 /// past the requests in flight when it landed; in every rolling hour both halves' requests
 /// together stay within the ceiling.
 pub(crate) fn pause_and_ceiling(facts: &Facts<'_>) -> Vec<String> {
@@ -363,7 +363,7 @@ pub(crate) fn pause_and_ceiling(facts: &Facts<'_>) -> Vec<String> {
     found
 }
 
-/// 20. Live workers never exceed `max_spawn`: at each census sample, the loosest cap in force
+/// Invariant 20: live workers never exceed `max_spawn`: at each census sample, the loosest cap in force
 /// over the span a lowered cap may take to be met (the tick and the stop's grace).
 pub(crate) fn cap(facts: &Facts<'_>) -> Vec<String> {
     let Some(census) = &facts.census else {
@@ -430,7 +430,7 @@ fn final_stops(facts: &Facts<'_>) -> Vec<Instant> {
     stops
 }
 
-/// 21. No worker process outlives a gateway's stop by more than its bound, and no worker request
+/// Invariant 21: no worker process outlives a gateway's stop by more than its bound, and no worker request
 /// arrives after it (while no gateway of the board runs).
 pub(crate) fn reaped(facts: &Facts<'_>) -> Vec<String> {
     let mut found = Vec::new();
@@ -486,7 +486,7 @@ pub(crate) fn reaped_needs_until(facts: &Facts<'_>) -> Option<Instant> {
     (last.total() > 0 && Instant::now() < deadline).then_some(deadline)
 }
 
-/// 22. A card a worker handed to a person gets no session and no decompose call until a
+/// Invariant 22: a card a worker handed to a person gets no session and no decompose call until a
 /// person's verb names it.
 pub(crate) fn hand_offs(facts: &Facts<'_>) -> Vec<String> {
     let mut found = Vec::new();
@@ -526,7 +526,7 @@ pub(crate) fn hand_offs(facts: &Facts<'_>) -> Vec<String> {
     found
 }
 
-/// 23. On the reference, one closed worker ledger row per worker request, and a spawn-ledger
+/// Invariant 23: on the reference, one closed worker ledger row per worker request, and a spawn-ledger
 /// row for every session.
 pub(crate) fn ledger(facts: &Facts<'_>) -> Vec<String> {
     let Some(db) = facts.db() else {
