@@ -199,8 +199,10 @@ impl fmt::Display for Connection {
 }
 
 /// `url` as it may be shown: without its userinfo, which is a credential (sent as Basic auth
-/// when no key is configured), and without its query and fragment, where some providers take
-/// a key (`?key=…`); a query is marked `?<redacted>` so the URL does not read as complete.
+/// when no key is configured), and with the value of every query parameter redacted (some
+/// providers take a key there, `?key=…`), its names kept so the path and the query it really
+/// goes to can be read: `https://h/v1/chat/completions?api-version=<redacted>`. A part of the
+/// query that is not `name=value` is redacted whole; the fragment is never sent, so not shown.
 pub fn shown_url(url: &reqwest::Url) -> String {
     let mut shown = url.clone();
     let _ = shown.set_username("");
@@ -208,9 +210,17 @@ pub fn shown_url(url: &reqwest::Url) -> String {
     shown.set_query(None);
     shown.set_fragment(None);
     let mut text = String::from(shown);
-    if url.query().is_some() {
+    if let Some(query) = url.query() {
+        let redacted = crate::core::redact::REDACTED;
+        let parts: Vec<String> = query
+            .split('&')
+            .map(|part| match part.split_once('=') {
+                Some((name, _)) if !name.is_empty() => format!("{name}={redacted}"),
+                _ => redacted.to_owned(),
+            })
+            .collect();
         text.push('?');
-        text.push_str(crate::core::redact::REDACTED);
+        text.push_str(&parts.join("&"));
     }
     text
 }
@@ -299,27 +309,71 @@ pub struct AuxClient {
     endpoint: reqwest::Url,
     /// `endpoint` as messages show it ([`shown_url`]).
     shown_endpoint: String,
+    /// The proxy requests go through (see `crate::proxy`), as messages show it.
+    shown_proxy: Option<String>,
     settings: AuxSettings,
     /// Provider-specific request fields merged into every body (see [`AuxClient::with_extra_body`]).
     extra_body: serde_json::Map<String, Value>,
 }
 
-/// Body fields `extra_body` can never set: the call's identity, its prompt, and what would turn
-/// it into an agent turn, a stream the caller did not ask for, or several billed choices. The
-/// configuration refuses them with a clear error; the client drops them too, so no caller can
-/// get them past it.
-const FIXED_BODY_FIELDS: [&str; 10] = [
-    "model",
-    "messages",
-    "stream",
-    "stream_options",
-    "n",
-    "tools",
-    "tool_choice",
-    "functions",
-    "function_call",
-    "parallel_tool_calls",
-];
+/// Why `extra_body` may not set request field `name` to `value`, if it may not: the one rule for
+/// what a decompose request may carry beyond its own fields. A decompose call is one ordinary
+/// completion: nothing may change what it is (`model`, `messages`), turn it into an agent's turn
+/// (tools), stream it, or make the provider bill more than that one completion (several
+/// choices or candidates, a web search, audio output, a dearer service tier). The configuration
+/// refuses such a field with this reason; the client drops it too, so no caller gets it past.
+pub fn refused_body_field(name: &str, value: &Value) -> Option<String> {
+    let one = Value::from(1);
+    match name {
+        "model" => Some("not allowed: set auxiliary.kanban_decomposer.model instead".to_owned()),
+        "messages" => Some("not allowed: the decomposer writes the prompt".to_owned()),
+        "tools" | "tool_choice" | "functions" | "function_call" | "parallel_tool_calls" => Some(
+            "not allowed: a decompose call never offers tools (providers and recorders tell aux \
+             calls from agent turns by their absence)"
+                .to_owned(),
+        ),
+        "stream_options" => Some(
+            "not allowed: whether the reply streams is the client's choice (it reads both)"
+                .to_owned(),
+        ),
+        "stream" if value != &Value::Bool(false) => Some(format!(
+            "only false is allowed (the client asks for a plain reply and reads a stream \
+             anyway), got {value}"
+        )),
+        // Each extra choice, or candidate, is billed as completion tokens of its own.
+        "n" | "best_of" if value != &one => Some(format!(
+            "only 1 is allowed (each extra choice is billed and none would be read), got {value}"
+        )),
+        "web_search_options" => {
+            Some("not allowed: a web search is billed on top of the completion".to_owned())
+        }
+        "plugins" if mentions_web_plugin(value) => Some(
+            "not allowed: the web plugin's search is billed on top of the completion".to_owned(),
+        ),
+        "modalities" if value != &serde_json::json!(["text"]) => Some(format!(
+            "only [text] is allowed (audio output is billed at audio rates), got {value}"
+        )),
+        "audio" => Some("not allowed: audio output is billed at audio rates".to_owned()),
+        "service_tier" if !matches!(value.as_str(), Some("auto" | "default" | "flex")) => {
+            Some(format!(
+                "only auto, default or flex is allowed (another tier bills each token at a \
+                 higher rate), got {value}"
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Whether an OpenRouter-style `plugins` list names the web search plugin.
+fn mentions_web_plugin(value: &Value) -> bool {
+    let Some(plugins) = value.as_array() else {
+        // Not a list: nothing the provider could read as a plugin, but nothing to check either.
+        return !value.is_null();
+    };
+    plugins
+        .iter()
+        .any(|plugin| plugin.get("id").and_then(Value::as_str) == Some("web"))
+}
 
 impl fmt::Debug for AuxClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -344,7 +398,8 @@ struct ChatRequest<'a> {
 
 impl ChatRequest<'_> {
     /// The body with `extra` merged in: extra fields are added, and replace `temperature` and
-    /// `max_tokens` (as upstream's client lets them), but never a [`FIXED_BODY_FIELDS`] one.
+    /// `max_tokens` (as upstream's client lets them), but never one [`refused_body_field`]
+    /// refuses, nor `stream` (this body's own).
     fn to_json(&self, extra: &serde_json::Map<String, Value>) -> serde_json::Result<Vec<u8>> {
         if extra.is_empty() {
             return serde_json::to_vec(self);
@@ -354,7 +409,7 @@ impl ChatRequest<'_> {
         let mut body: serde_json::Map<String, Value> =
             serde_json::from_slice(&serde_json::to_vec(self)?)?;
         for (key, value) in extra {
-            if !FIXED_BODY_FIELDS.contains(&key.as_str()) {
+            if key != "stream" && refused_body_field(key, value).is_none() {
                 body.insert(key.clone(), value.clone());
             }
         }
@@ -365,17 +420,11 @@ impl ChatRequest<'_> {
 impl AuxClient {
     /// Checks the settings and builds the HTTP client; sends nothing.
     pub fn new(settings: AuxSettings) -> Result<Self, AuxError> {
-        let mut endpoint = chat_completions_url(&settings.base_url)?;
         let has_key = settings
             .api_key
             .as_deref()
             .is_some_and(|key| !key.trim().is_empty());
-        if has_key {
-            // The configured key is what authorizes a paid call: credentials in the URL would
-            // otherwise be sent as Basic auth in its place (contract §5).
-            let _ = endpoint.set_username("");
-            let _ = endpoint.set_password(None);
-        }
+        let endpoint = request_url(&settings.base_url, &["chat", "completions"], has_key)?;
         if !settings.temperature.is_finite() {
             return Err(AuxError::InvalidSettings(format!(
                 "temperature must be a finite number, got {}",
@@ -408,7 +457,12 @@ impl AuxClient {
             headers.insert(header::AUTHORIZATION, value);
         }
 
-        let http = reqwest::Client::builder()
+        // The client reads no proxy setting of its own: the one decided there (and named in the
+        // start line) is the one used.
+        let (builder, proxy) =
+            crate::proxy::client_builder(&endpoint).map_err(AuxError::InvalidSettings)?;
+        let shown_proxy = proxy.as_ref().map(shown_url);
+        let http = builder
             .user_agent(concat!("hermes/", env!("CARGO_PKG_VERSION")))
             // A connection that cannot even be opened in this time is a provider that cannot be
             // reached (nothing was sent), not a hung reply.
@@ -421,6 +475,7 @@ impl AuxClient {
 
         Ok(Self {
             http,
+            shown_proxy,
             shown_endpoint: shown_url(&endpoint),
             endpoint,
             settings,
@@ -430,7 +485,7 @@ impl AuxClient {
 
     /// Merges `extra` into every request body (upstream's `extra_body`: provider routing, a
     /// reasoning level, …). Fields that would change what the call is or how much of it is
-    /// billed are dropped (see [`FIXED_BODY_FIELDS`]); `temperature` and `max_tokens` may be
+    /// billed are dropped (see [`refused_body_field`]); `temperature` and `max_tokens` may be
     /// replaced.
     pub fn with_extra_body(mut self, extra: serde_json::Map<String, Value>) -> Self {
         self.extra_body = extra;
@@ -524,6 +579,26 @@ impl AuxClient {
         &self.shown_endpoint
     }
 
+    /// The proxy requests go through, as it may be shown; `None` when they go direct.
+    pub fn shown_proxy(&self) -> Option<&str> {
+        self.shown_proxy.as_deref()
+    }
+
+    /// A 502 or 504 through a proxy is the proxy saying it could not reach the provider (or
+    /// heard nothing back in time): nothing reached the provider that it could bill, so it is
+    /// an unreachable provider (no card's budget spent, the board paused), not a failed attempt.
+    fn proxy_could_not_reach(&self, status: u16) -> Option<AuxError> {
+        let proxy = self.shown_proxy.as_deref()?;
+        matches!(status, 502 | 504).then(|| {
+            AuxError::Unreachable(Connection {
+                url: self.shown_endpoint.clone(),
+                detail: format!(
+                    "the proxy {proxy} answered HTTP {status}: it could not reach the provider"
+                ),
+            })
+        })
+    }
+
     /// Whether requests carry the base URL's userinfo as Basic auth: only when no key is set
     /// (a key takes its place, see [`AuxClient::new`]).
     pub fn sends_url_credentials(&self) -> bool {
@@ -541,6 +616,9 @@ impl AuxClient {
 
         let status = response.status();
         if !status.is_success() {
+            if let Some(error) = self.proxy_could_not_reach(status.as_u16()) {
+                return Err(error);
+            }
             let error = status_error(status.as_u16(), response.headers(), SystemTime::now());
             log_error_snippet(response, &error);
             return Err(error);
@@ -590,23 +668,52 @@ fn connect_timeout(timeout: Duration) -> Duration {
     (timeout / 2).min(MAX_CONNECT_TIMEOUT)
 }
 
+#[cfg(test)]
 fn chat_completions_url(base_url: &str) -> Result<reqwest::Url, AuxError> {
+    endpoint_url(base_url, &["chat", "completions"])
+}
+
+/// The URL a request to `path` under `base_url` is sent to ([`endpoint_url`]), with what it
+/// authorizes by: with a key (`keyed`), the URL's userinfo is dropped, since the configured key
+/// is what authorizes a call and credentials in the URL would otherwise be sent as Basic auth
+/// in its place (contract §5); without one, the userinfo is kept, and sent so.
+pub fn request_url(base_url: &str, path: &[&str], keyed: bool) -> Result<reqwest::Url, AuxError> {
+    let mut url = endpoint_url(base_url, path)?;
+    if keyed {
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+    }
+    Ok(url)
+}
+
+/// The URL of `path` under an OpenAI-compatible base: the path segments are appended to the
+/// base's path (trailing slashes dropped), and its query and userinfo are kept as they are, so
+/// `http://h/v1?api-version=X` gives `http://h/v1/chat/completions?api-version=X`. Every URL the
+/// reference sends to is built here: joined on the parsed path, never by gluing text (which
+/// would put the path inside the query).
+pub fn endpoint_url(base_url: &str, path: &[&str]) -> Result<reqwest::Url, AuxError> {
     let base = base_url.trim();
     if base.is_empty() {
         return Err(AuxError::InvalidSettings(
             "model base URL is empty".to_owned(),
         ));
     }
-    let joined = format!("{}/chat/completions", base.trim_end_matches('/'));
-    let url = reqwest::Url::parse(&joined).map_err(|err| {
+    let mut url = reqwest::Url::parse(base).map_err(|err| {
         AuxError::InvalidSettings(format!("model base URL {base:?} is not a valid URL: {err}"))
     })?;
-    match url.scheme() {
-        "http" | "https" => Ok(url),
-        other => Err(AuxError::InvalidSettings(format!(
-            "model base URL {base:?} must be http or https, not {other}"
-        ))),
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(AuxError::InvalidSettings(format!(
+            "model base URL {base:?} must be http or https, not {}",
+            url.scheme()
+        )));
     }
+    // Only read as a base by the client; a fragment is never sent.
+    url.set_fragment(None);
+    // The raw (percent-encoded) path, so that an escape in it is kept as it is, not escaped
+    // again.
+    let base_path = url.path().trim_end_matches('/').to_owned();
+    url.set_path(&format!("{base_path}/{}", path.join("/")));
+    Ok(url)
 }
 
 /// An error before any reply arrived: no connection at all means nothing was delivered.
@@ -1075,7 +1182,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shown_url_carries_no_credentials_and_no_query() {
+    fn a_shown_url_carries_no_credentials_and_no_query_values() {
         let shown = |text: &str| reqwest::Url::parse(text).map(|url| shown_url(&url)).ok();
         assert_eq!(
             shown("https://ops:s3cr3t@llm.example:8443/v1/chat/completions").as_deref(),
@@ -1083,7 +1190,11 @@ mod tests {
         );
         assert_eq!(
             shown("http://token@127.0.0.1:9/v1?key=sk-in-query#frag").as_deref(),
-            Some("http://127.0.0.1:9/v1?<redacted>")
+            Some("http://127.0.0.1:9/v1?key=<redacted>")
+        );
+        assert_eq!(
+            shown("http://h/v1/chat/completions?api-version=2024-06-01&sk-bare&=x").as_deref(),
+            Some("http://h/v1/chat/completions?api-version=<redacted>&<redacted>&<redacted>")
         );
         assert_eq!(
             shown("http://127.0.0.1:9/v1/chat/completions").as_deref(),
@@ -1111,6 +1222,31 @@ mod tests {
                 "{base}"
             );
         }
+    }
+
+    #[test]
+    fn a_base_urls_query_stays_a_query_after_the_path() {
+        for (base, expected) in [
+            (
+                "http://h/v1?api-version=2024-06-01",
+                "http://h/v1/chat/completions?api-version=2024-06-01",
+            ),
+            (
+                "https://u:p@h:8443/openai/deployments/d/?api-version=x&key=k#frag",
+                "https://u:p@h:8443/openai/deployments/d/chat/completions?api-version=x&key=k",
+            ),
+            ("http://h", "http://h/chat/completions"),
+            ("http://h/", "http://h/chat/completions"),
+            ("http://h?x=1", "http://h/chat/completions?x=1"),
+            ("http://h/v1%2Fa/", "http://h/v1%2Fa/chat/completions"),
+        ] {
+            let url = chat_completions_url(base).map(|url| url.to_string());
+            assert_eq!(url, Ok(expected.to_owned()), "{base}");
+        }
+        assert_eq!(
+            endpoint_url("http://h/v1?k=v", &["models"]).map(|u| u.to_string()),
+            Ok("http://h/v1/models?k=v".to_owned())
+        );
     }
 
     #[test]
@@ -1304,7 +1440,9 @@ mod tests {
             "provider": {"sort": "price"}, "temperature": 0.0, "max_tokens": 50,
             "model": "other", "messages": [], "stream": true, "stream_options": {}, "n": 3,
             "tools": [], "tool_choice": "auto", "functions": [], "function_call": "auto",
-            "parallel_tool_calls": true,
+            "parallel_tool_calls": true, "best_of": 4, "web_search_options": {},
+            "service_tier": "priority", "modalities": ["text", "audio"], "audio": {},
+            "plugins": [{"id": "web"}],
         }))
         .unwrap();
         let body: Value = serde_json::from_slice(&request.to_json(&extra).unwrap()).unwrap();

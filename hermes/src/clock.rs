@@ -1,66 +1,132 @@
-//! Time as the board stores it: unix seconds in upstream's columns, unix milliseconds in ours
-//! (backoff and ledger times need sub-second resolution).
+//! Time across the processes that share a board (contract §7, "Time").
 //!
-//! The wall clock cannot be trusted to measure a wait: it jumps (a person, a VM resumed, NTP
-//! stepping), and every wait the bounds rest on (a card's backoff, a provider pause, the hourly
-//! ceiling's window) is kept as wall-clock times on the board so that it holds across restarts
-//! and processes. So within one process [`now_ms`] never runs ahead of the monotonic clock: a
-//! forward jump of the wall clock is not taken as time waited (it is caught up with at most
-//! [`MAX_CATCH_UP`] of the time that really passes, as NTP slews), while a backward jump is
-//! followed at once, which can only make waits longer. Across processes the wall clock is the
-//! only time they share: a process started after a forward jump takes the new wall time as it
-//! finds it.
+//! No process's wall clock can be trusted to measure a wait: one may run ahead or behind, or be
+//! stepped (a person, NTP at boot, a VM resumed) while a process runs. Processes on one host
+//! share a clock no one sets: `CLOCK_BOOTTIME`, which counts from boot, suspends included, and is
+//! never stepped, named by the kernel's boot id (`/proc/sys/kernel/random/boot_id`). So every
+//! moment the bounds rest on (a paid call's start, a card's due time, a pause's end, a claim's
+//! expiry) is recorded twice: as the writer's wall time (unix milliseconds, what upstream's
+//! columns and other hosts understand) and as its boot's clock, with the boot id. A reader on the
+//! same boot measures by the boot's clock, whatever anyone's wall clock says; only a reader on
+//! another boot or host compares wall times, the only time they share.
+//!
+//! A reader sees every stored time in its own wall frame: a time recorded on its boot is the
+//! boot's clock at that moment plus this process's [`Frame::offset_ms`] (its wall clock minus
+//! the boot's), so comparing it with [`now_ms`] compares boot clocks; a time of another boot is
+//! taken as recorded. Nothing is ever re-dated: a time is written once, by the process whose
+//! moment it is.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use jiff::tz::TimeZone;
 
-/// The share of monotonic time by which this process's clock may catch up with a wall clock
-/// that jumped ahead of it: one millisecond per second, twice what NTP slews at most, so that
-/// ordinary drift never builds up while a jump of an hour takes a thousand hours to absorb.
-pub const MAX_CATCH_UP: f64 = 0.001;
+/// How this process reads the board's times: the boot it runs in (when the kernel names one and
+/// has a boot clock) and its wall clock's distance from that boot's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// The kernel's boot id; `None` where there is none (no `/proc`, no `CLOCK_BOOTTIME`): every
+    /// time is then read by the wall clock.
+    pub boot: Option<&'static str>,
+    /// Wall clock minus boot clock, in milliseconds.
+    pub offset_ms: i64,
+}
 
-/// Where this process's clock was last set to the wall clock: when (monotonic) and to what.
-/// Readings are measured from it, not from the reading before, so rounding never adds up.
-static ANCHOR: Mutex<Option<(Instant, i64)>> = Mutex::new(None);
+impl Frame {
+    /// A frame with no boot: every time is read by the wall clock (as across hosts).
+    pub const WALL: Frame = Frame {
+        boot: None,
+        offset_ms: 0,
+    };
+}
+
+/// How far the wall clock may drift from the frame before the frame follows it: readings of the
+/// two clocks a moment apart differ by a fraction of a millisecond, and the frame must not move
+/// with every reading (a time written and read back must be the same number).
+const FRAME_SLACK_MS: i64 = 1;
+
+/// The frame as last followed (see [`FRAME_SLACK_MS`]).
+static FRAME: Mutex<Option<i64>> = Mutex::new(None);
 
 /// Unix seconds, for upstream's columns. A clock before 1970 reads as 0 rather than failing.
 pub fn now_secs() -> i64 {
     now_ms().div_euclid(1000)
 }
 
-/// Unix milliseconds, for our own `*_ms` columns: the wall clock, never ahead of the monotonic
-/// time elapsed since this process first asked (see the module docs).
+/// Unix milliseconds: this process's wall clock, as its frame reads it (within
+/// [`FRAME_SLACK_MS`] of the system's wall clock, and on the boot clock's tick otherwise, so
+/// that readings a moment apart never go backwards by a rounding).
 pub fn now_ms() -> i64 {
-    let wall = wall_ms();
-    let at = Instant::now();
-    // A poisoned lock only means another thread panicked between two plain stores.
-    let mut anchor = ANCHOR
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let (now, moved) = steady(*anchor, at, wall);
-    if moved {
-        *anchor = Some((at, now));
-    }
-    now
+    reading().0
 }
 
-/// The reading at monotonic `at` with the wall clock at `wall`, from `anchor`; and whether the
-/// anchor moves to it (it follows the wall clock whenever the wall clock is not ahead).
-fn steady(anchor: Option<(Instant, i64)>, at: Instant, wall: i64) -> (i64, bool) {
-    let Some((then, then_ms)) = anchor else {
-        return (wall, true);
+/// This process's frame now (see the module docs).
+pub fn frame() -> Frame {
+    reading().1
+}
+
+/// The wall clock as the frame reads it, and the frame, from one reading of both clocks.
+fn reading() -> (i64, Frame) {
+    let wall = wall_ms();
+    let (Some(boot), Some(boot_ms)) = (boot_id(), boot_clock_ms()) else {
+        return (wall, Frame::WALL);
     };
-    let elapsed = at.saturating_duration_since(then).as_secs_f64() * 1000.0;
-    let steady = then_ms.saturating_add(elapsed as i64);
-    if wall <= steady {
-        return (wall, true);
-    }
-    let catch_up = (elapsed * MAX_CATCH_UP).round() as i64;
-    let caught_up = steady.saturating_add(catch_up);
-    (wall.min(caught_up), false)
+    let mut followed = FRAME.lock().unwrap_or_else(PoisonError::into_inner);
+    let offset = match *followed {
+        Some(offset) if (wall - boot_ms.saturating_add(offset)).abs() <= FRAME_SLACK_MS => offset,
+        _ => wall.saturating_sub(boot_ms),
+    };
+    *followed = Some(offset);
+    let frame = Frame {
+        boot: Some(boot),
+        offset_ms: offset,
+    };
+    (boot_ms.saturating_add(offset), frame)
+}
+
+/// The kernel's boot id, read once (it cannot change while a process runs).
+pub fn boot_id() -> Option<&'static str> {
+    static BOOT: OnceLock<Option<String>> = OnceLock::new();
+    BOOT.get_or_init(|| {
+        let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let id = id.trim();
+        // A UUID: hex digits and dashes only (it is compared in SQL, never spliced into it).
+        (!id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+            .then(|| id.to_owned())
+    })
+    .as_deref()
+}
+
+/// Milliseconds since boot, suspends included (`CLOCK_BOOTTIME`), minus this process's time
+/// namespace offset, so that processes in a container with its own offset (CRIU) read the
+/// host's boot clock like every other.
+fn boot_clock_ms() -> Option<i64> {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
+    let ms = now
+        .tv_sec()
+        .checked_mul(1000)?
+        .checked_add(now.tv_nsec() / 1_000_000)?;
+    Some(ms.saturating_sub(boot_namespace_offset_ms()))
+}
+
+/// The `boottime` line of `/proc/self/timens_offsets` in milliseconds (0 without one).
+fn boot_namespace_offset_ms() -> i64 {
+    static OFFSET: OnceLock<i64> = OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        let Ok(text) = std::fs::read_to_string("/proc/self/timens_offsets") else {
+            return 0;
+        };
+        text.lines()
+            .find_map(|line| {
+                let mut fields = line.split_whitespace();
+                (fields.next()? == "boottime").then_some(())?;
+                let secs: i64 = fields.next()?.parse().ok()?;
+                let nanos: i64 = fields.next()?.parse().ok()?;
+                Some(secs.saturating_mul(1000).saturating_add(nanos / 1_000_000))
+            })
+            .unwrap_or(0)
+    })
 }
 
 /// The wall clock in unix milliseconds, as the system tells it.
@@ -120,7 +186,6 @@ fn show_in(ms: i64, zone: &TimeZone, millis: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn times_are_shown_with_their_offset_or_as_utc() {
@@ -141,44 +206,25 @@ mod tests {
     }
 
     #[test]
-    fn a_forward_jump_is_not_time_waited_and_a_backward_one_is_followed() {
-        let start = Instant::now();
-        let t0 = 1_000_000_000;
-        assert_eq!(steady(None, start, t0), (t0, true));
-        let anchor = Some((start, t0));
-        let later = start + Duration::from_secs(10);
-        // Ten seconds pass; the wall clock says so: followed.
-        assert_eq!(steady(anchor, later, t0 + 10_000), (t0 + 10_000, true));
-        // Ten seconds pass; the wall clock jumped two hours: ten seconds and 10 ms of catch-up.
-        assert_eq!(steady(anchor, later, t0 + 7_200_000), (t0 + 10_010, false));
-        // The wall clock is set back an hour: followed at once.
-        assert_eq!(
-            steady(anchor, later, t0 - 3_600_000),
-            (t0 - 3_600_000, true)
+    fn the_frame_reads_the_wall_clock_on_the_boot_clocks_tick() {
+        let (first, frame) = reading();
+        let wall = wall_ms();
+        assert!(
+            (wall - first).abs() <= 50,
+            "{first} vs the wall clock {wall}"
         );
-        // Drift within the catch-up allowance is followed exactly.
-        assert_eq!(steady(anchor, later, t0 + 10_005), (t0 + 10_005, false));
-    }
-
-    #[test]
-    fn readings_a_fraction_of_a_millisecond_apart_never_fall_behind_the_wall_clock() {
-        let start = Instant::now();
-        let t0 = 1_000_000_000;
-        let mut anchor = Some((start, t0));
-        // A thousand readings 0.9 ms apart, the wall clock keeping time: the reading stays
-        // within a millisecond of it, however many there are.
-        for i in 1..=1000u32 {
-            let at = start + Duration::from_micros(900) * i;
-            let wall = t0 + i64::from(i) * 9 / 10;
-            let (now, moved) = steady(anchor, at, wall);
-            assert!(
-                wall - now <= 1,
-                "reading {i}: {now} is {} ms behind",
-                wall - now
-            );
-            if moved {
-                anchor = Some((at, now));
-            }
+        if let Some(boot) = frame.boot {
+            assert_eq!(boot.len(), 36, "{boot}");
+            assert_eq!(boot_id(), Some(boot));
+        }
+        // Readings a moment apart keep the frame (a time written and read back is the same
+        // number) and never go backwards.
+        let mut last = first;
+        for _ in 0..1000 {
+            let (now, again) = reading();
+            assert!(now >= last, "{now} after {last}");
+            assert_eq!(again, frame);
+            last = now;
         }
     }
 }

@@ -26,5 +26,6 @@ pub mod dispatch;
 pub mod liveness;
 pub mod output;
 pub mod process;
+pub mod proxy;
 pub mod store;
 pub mod worker;

@@ -1,23 +1,33 @@
 //! Liveness by a lock its holder holds: whether a process (and every descendant that inherited
 //! the lock) is still running, told by an advisory `flock` on a file rather than by `/proc`.
+//! The one way the board's processes prove themselves alive: a claim's holder (`process`) and a
+//! worker's whole tree (`dispatch::spawn`) each hold a lock file; anyone else takes it
+//! ([`HeldLock`]), tests it ([`probe`]) and cleans it up ([`remove_if_free`]) here.
 //!
-//! `/proc` can lie or hide: a recycled pid looks alive, `hidepid` hides a live one, another pid
-//! namespace shows nothing. A lock cannot: the kernel drops it when the last descriptor of the
-//! open file that holds it is closed, which happens at the latest when every process that
-//! inherited that descriptor has exited. So a worker's run is given a lock file before its
-//! worker is forked; the spawner creates and locks it, the worker inherits the locked
-//! descriptor (as do its own children), and the spawner closes its copy. From then on the lock
-//! is held exactly while some process of the worker's tree still has it: any process, in any
-//! pid namespace on the same filesystem, tells a live worker from a dead one by trying the lock
-//! ([`probe`]).
+//! `/proc` can lie or hide: a recycled pid looks alive, `hidepid` (systemd's
+//! `ProtectProc=invisible`) or another user hides a live one, another pid namespace shows
+//! nothing. A lock cannot: the kernel drops it when the last descriptor of the open file that
+//! holds it is closed, which happens at the latest when every process that inherited that
+//! descriptor has exited, however they exit. So:
+//! - a process that claims a card holds its own lock file for as long as it runs
+//!   ([`HeldLock::hold`]);
+//! - a worker's run is given a fresh lock file before its worker is forked
+//!   ([`HeldLock::create`]): the spawner creates and locks it, the worker inherits the locked
+//!   descriptor (as do its own children, [`inherit_in_child`]) and writes its pid into it
+//!   ([`write_pid_in_child`]), and the spawner closes its copy. From then on the lock is held
+//!   exactly while some process of the worker's tree still has it.
 //!
-//! What it cannot tell: a descendant that closed the inherited descriptor (a daemon that closes
-//! every file) is not seen; a filesystem without `flock` (some network filesystems) makes every
-//! probe say [`Holder::Unknown`].
+//! Any process, of any user, in any pid namespace on the same filesystem, tells a live holder
+//! from a dead one by trying a shared lock without waiting ([`probe`]); probes never see each
+//! other as holders. What a lock cannot tell: a descendant that closed the inherited descriptor
+//! (a daemon that closes every file) is not seen; a file that cannot be opened, or a filesystem
+//! without `flock` (some network filesystems), makes a probe say [`Holder::Unknown`], which
+//! every caller counts as alive.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// A lock file this process created and holds.
@@ -53,6 +63,38 @@ impl HeldLock {
                 Err(err)
             }
         }
+    }
+
+    /// Opens (creating it if need be) the lock file at `path`, readable to everyone so that a
+    /// process of another user can probe it, and locks it, waiting for a probe or a cleaner
+    /// that holds it for a moment. A cleaner may unlink the file between its opening and its
+    /// lock ([`remove_if_free`]): locked, it must still be the file at the path.
+    pub fn hold(path: &Path) -> io::Result<HeldLock> {
+        for _ in 0..3 {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .open(path)?;
+            file.lock()?;
+            if same_file(&file, path) {
+                return Ok(HeldLock {
+                    file,
+                    path: path.to_owned(),
+                });
+            }
+        }
+        Err(io::Error::other(format!(
+            "{} kept disappearing while it was locked",
+            path.display()
+        )))
+    }
+
+    /// Whether the lock file is still at its path (a cleaner may delete it, or a person).
+    pub fn at_its_path(&self) -> bool {
+        same_file(&self.file, &self.path)
     }
 
     /// Where the lock file is.
@@ -147,15 +189,16 @@ impl Holder {
     }
 }
 
-/// Tries the lock at `path` without waiting, and lets it go at once. Two probes at the same
-/// moment may see each other as a holder: a probe errs towards "alive", never the other way.
+/// Tries a shared lock on `path` without waiting, and lets it go at once: refused, a holder
+/// has it; granted, nobody does. Probes never refuse each other; one that meets a cleaner
+/// ([`remove_if_free`]) at work errs towards "alive", never the other way.
 pub fn probe(path: &Path) -> Holder {
     let file = match OpenOptions::new().read(true).open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Holder::Missing,
         Err(e) => return Holder::Unknown(format!("{}: {e}", path.display())),
     };
-    match file.try_lock() {
+    match file.try_lock_shared() {
         Ok(()) => Holder::Free,
         Err(TryLockError::WouldBlock) => Holder::Held,
         Err(TryLockError::Error(e)) => Holder::Unknown(format!("{}: {e}", path.display())),
@@ -163,17 +206,27 @@ pub fn probe(path: &Path) -> Holder {
 }
 
 /// Removes the lock file at `path` if nobody holds it (taking the lock for the moment of the
-/// removal, so a holder can never lose its file under it); returns whether it is gone.
+/// removal, and only while the file locked is still the one at the path, so a holder can never
+/// lose its file under it); returns whether it is gone. Errors leave the file: a file left is
+/// harmless.
 pub fn remove_if_free(path: &Path) -> bool {
     let file = match OpenOptions::new().read(true).open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
         Err(_) => return false,
     };
-    if file.try_lock().is_err() {
+    if file.try_lock().is_err() || !same_file(&file, path) {
         return false;
     }
     std::fs::remove_file(path).is_ok()
+}
+
+/// Whether `file` is the file at `path` now (same device and inode).
+fn same_file(file: &File, path: &Path) -> bool {
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(open), Ok(named)) => (open.dev(), open.ino()) == (named.dev(), named.ino()),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -240,6 +293,30 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         assert_eq!(probe(&path), Holder::Free);
+    }
+
+    #[test]
+    fn a_held_file_is_locked_again_once_deleted_and_probes_never_hold_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("holder.lock");
+        let held = HeldLock::hold(&path).unwrap();
+        assert!(held.at_its_path());
+        assert_eq!(probe(&path), Holder::Held);
+        assert!(!remove_if_free(&path), "a held file is never removed");
+        std::fs::remove_file(&path).unwrap();
+        assert!(!held.at_its_path(), "a deleted file is noticed");
+        let again = HeldLock::hold(&path).unwrap();
+        assert_eq!(probe(&path), Holder::Held);
+        drop((held, again));
+        assert_eq!(probe(&path), Holder::Free);
+        // A probe at work (its shared lock taken) keeps a cleaner away, and is not taken for a
+        // holder by another probe.
+        let probing = File::open(&path).unwrap();
+        probing.try_lock_shared().unwrap();
+        assert!(!remove_if_free(&path));
+        assert_eq!(probe(&path), Holder::Free);
+        drop(probing);
+        assert!(remove_if_free(&path));
     }
 
     #[test]

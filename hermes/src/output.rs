@@ -20,26 +20,36 @@ use anstyle::{AnsiColor, Style};
 use serde_json::{json, Value};
 
 use crate::config::Config;
-use crate::core::redact::{self, userinfo_secrets};
+use crate::core::redact::{self, url_secrets};
 use crate::core::text;
 
+/// Every form of every secret this process knows (`core::redact::forms`), longest first, so
+/// that a form holding another is redacted whole.
 static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
-/// Remembers `secret` (an API key), so that no later output of this process shows it.
+/// Remembers `secret` (an API key) in every form it can be echoed in, so that no later output
+/// of this process shows it.
 pub fn register_secret(secret: &str) {
     let secret = secret.trim();
     if secret.is_empty() {
         return;
     }
     let mut secrets = SECRETS.write().unwrap_or_else(PoisonError::into_inner);
-    if !secrets.iter().any(|known| known == secret) {
-        secrets.push(secret.to_owned());
+    let before = secrets.len();
+    for form in redact::forms(secret) {
+        if !secrets.contains(&form) {
+            secrets.push(form);
+        }
+    }
+    if secrets.len() != before {
+        secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     }
 }
 
-/// Remembers the userinfo of `url` (the whole `user:password` and the password).
+/// Remembers the secrets `url` carries (`core::redact::url_secrets`: its userinfo, the
+/// basic-auth header made of it, its query's values).
 pub fn register_url(url: &str) {
-    for secret in userinfo_secrets(url) {
+    for secret in url_secrets(url) {
         register_secret(&secret);
     }
 }

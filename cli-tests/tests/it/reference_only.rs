@@ -7,7 +7,8 @@
 //! |---|---|
 //! | `body_cap` | a reply body of exactly 1 MiB and one byte more |
 //! | `budget` | the attempt budget and the hourly ceiling at their boundaries (0 included) |
-//! | `clock` | rows dated a day ahead by a clock set back: `resume` re-dates them and says so |
+//! | `clock` | rows a clock a day ahead recorded: read by the boot's clock, never re-dated |
+//! | `endpoints` | a base URL's query kept after the path, `extra_body` that bills more refused, bounded prices, a config nested too deep |
 //! | `one_file` | a copy of kanban.db alone after CLI verbs keeps every ledger row and attempt |
 //! | `records` | ledger rows per try, unreachable requests, rows left in flight |
 //! | `config_extremes` | absurd numbers for the bound keys |
@@ -21,6 +22,7 @@ mod body_cap;
 mod budget;
 mod clock;
 mod config_extremes;
+mod endpoints;
 mod gateway_check;
 mod hostile_input;
 mod misconfiguration;

@@ -5,8 +5,8 @@
 //!
 //! | submodule | concern |
 //! |---|---|
-//! | `claims` | a holder frozen past its claim, taken over, applies nothing when it wakes |
-//! | `clock` | a wall clock jumped forward under the gateway (the clock shim); rows dated ahead by a clock set back |
+//! | `claims` | a holder frozen past its claim, taken over, applies nothing when it wakes; a holder /proc hides still holds |
+//! | `clock` | wall clocks jumped, ahead or behind, under the gateway and a sweep (the clock shim fakes `CLOCK_REALTIME`): waits measured by the boot's clock |
 //! | `config_file` | config.yaml a FIFO, /dev/zero or 30 MB: one WARN saying what it is |
 //! | `explore` | the explorer's own checks, each made to fire by acting on the gateway from outside |
 //! | `misconfiguration` | typos warned once, JSON logs, ranges refused at start, bad edits mid-run |
@@ -14,7 +14,8 @@
 //! | `one_file` | the ledger and budgets a copy of `kanban.db` alone keeps; swapped WAL files warned about |
 //! | `unreadable` | cards another tool wrote with text that is not text: set aside unpaid, one WARN each |
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
-//! | `secrets` | no output of a whole run, nor the board, shows the key or a URL's password |
+//! | `secrets` | no output of a whole run, nor the board, shows a secret in any form (key, URL password, query key, a key pasted into config) |
+//! | `stops` | SIGTERM within 5 s while another process holds the board's write lock |
 //! | `workers` | the workers' ledger rows and `usage` halves; a card parked by its spawn budget, warned about, unparked |
 
 mod claims;
@@ -26,6 +27,7 @@ mod notices;
 mod one_file;
 mod recovery;
 mod secrets;
+mod stops;
 mod unreadable;
 mod workers;
 

@@ -13,8 +13,7 @@ use crate::clock::now_ms;
 use crate::core::{AttemptOutcome, CardBudget, FaultPause, Origin, UnreachablePause};
 use crate::decompose::attempt::{run_attempt, AttemptContext, AttemptError};
 use crate::store::{
-    AutoGate, BoardError, BoardHandle, ListFilter, Recovered, Redated, SetAside, Status, Store,
-    StoreError, CLOCK_SKEW,
+    AutoGate, BoardError, BoardHandle, ListFilter, Recovered, SetAside, Status, Store, StoreError,
 };
 
 /// What the automatic step may do now.
@@ -55,32 +54,19 @@ pub fn pick(
     }
 }
 
-/// Re-dates rows dated in the future when `redate` says so (see `store::redate`), then closes
-/// attempts whose process is gone (and claims of this process on cards not in `ours_running`): their ledger rows left `in_flight` become `unknown` (maybe billed; they
+/// Closes attempts whose process is gone (and claims of this process on cards not in
+/// `ours_running`): their ledger rows left `in_flight` become `unknown` (maybe billed; they
 /// still count toward the hourly ceiling), and each card gets the failure (or, when nothing was
 /// sent, its attempt back). Run at every gateway start and tick, and when a sweep starts.
 pub async fn recover(
     board: &BoardHandle,
     ours_running: &HashSet<String>,
     budget: CardBudget,
-    redate: bool,
     by: Origin,
 ) -> Result<Recovered, BoardError> {
     let ours = ours_running.clone();
     board
-        .call(move |s| {
-            let now = now_ms();
-            // First, so that a claim dated in the future expires when its own span says.
-            let redated = if redate {
-                s.redate_future(now)?
-            } else {
-                Redated::default()
-            };
-            Ok(Recovered {
-                redated,
-                ..s.recover_abandoned(now, &ours, budget, by)?
-            })
-        })
+        .call(move |s| s.recover_abandoned(now_ms(), &ours, budget, by))
         .await
 }
 
@@ -90,9 +76,6 @@ pub fn describe_recovered(recovered: &Recovered) -> Option<String> {
         return None;
     }
     let mut parts = Vec::new();
-    if !recovered.redated.is_empty() {
-        parts.push(describe_redated(&recovered.redated));
-    }
     if recovered.closed_rows > 0 {
         parts.push(format!(
             "closed {} ledger row(s) left in flight by an attempt that did not record how they \
@@ -132,16 +115,6 @@ pub fn describe_recovered(recovered: &Recovered) -> Option<String> {
         ));
     }
     Some(parts.join("; "))
-}
-
-/// What re-dating rows dated in the future did, in one clause.
-pub fn describe_redated(redated: &Redated) -> String {
-    format!(
-        "re-dated {} dated more than {} s in the future (a clock that ran ahead was set back?) \
-         to now, each wait kept from now",
-        redated.describe(),
-        CLOCK_SKEW.as_secs()
-    )
 }
 
 /// Runs one automatic attempt on a picked card.
@@ -209,7 +182,6 @@ pub async fn sweep(
         &board,
         &HashSet::new(),
         ctx.config.card_rules().budget,
-        true,
         Origin::Sweep,
     )
     .await?;

@@ -8,7 +8,7 @@ use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
 use super::{CliError, Context, Outcome};
-use crate::dispatch::run_gateway;
+use crate::dispatch::{run_gateway, RUNTIME_SHUTDOWN_WAIT};
 use crate::output;
 
 /// Arguments of `gateway run`.
@@ -18,9 +18,6 @@ Logs go to stderr, one line per event (RUST_LOG adjusts what is shown); with --j
 one JSON object with `timestamp`, `level`, `message` and the event's fields, and stdout stays \
 empty. SIGTERM or SIGINT stop the gateway cleanly.")]
 pub struct RunArgs {}
-
-/// How long the runtime's last blocking tasks get once the gateway has stopped.
-const RUNTIME_SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Runs until SIGTERM or SIGINT; exit 0 after a clean stop.
 pub fn run(ctx: &Context, _args: &RunArgs) -> Result<Outcome, CliError> {
@@ -54,8 +51,9 @@ pub fn run(ctx: &Context, _args: &RunArgs) -> Result<Outcome, CliError> {
         .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
     let ran = runtime.block_on(run_gateway(ctx.home.clone()));
     // Dropping a runtime waits for every blocking task, and one may be stuck for good (a read
-    // of a file on a stalled filesystem): SIGTERM must still end the process. The board was
-    // closed, and its WAL folded in, before `run_gateway` returned.
+    // of a file on a stalled filesystem, a write to a locked board): SIGTERM must still end the
+    // process. The board was closed, and its WAL folded in, before `run_gateway` returned, or
+    // left as it is after a bounded wait (see `Dispatcher::shut_down`).
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN_WAIT);
     ran?;
     Ok(Outcome::Success)

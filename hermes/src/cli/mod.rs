@@ -551,17 +551,6 @@ fn execute(cli: Cli) -> Result<Outcome, CliError> {
     }
 }
 
-/// Re-dates the rows a clock that ran ahead left dated in the future (see `store::redate`),
-/// saying so on stderr: the recovery verbs do it before they act, so that what they lift is not
-/// held back by a wrong date.
-pub fn redate_before_recovery(store: &mut Store) -> Result<(), CliError> {
-    let redated = store.redate_future(crate::clock::now_ms())?;
-    if !redated.is_empty() {
-        note(&crate::auto::describe_redated(&redated));
-    }
-    Ok(())
-}
-
 /// Who a recovery verb records as having acted: `--by`, else `$USER`, else `user`.
 pub fn operator(by: Option<&str>) -> String {
     by.map(str::to_owned)

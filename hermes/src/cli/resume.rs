@@ -27,7 +27,6 @@ pub struct ResumeArgs {
 /// Lifts the pause, if one is in force.
 pub fn run(ctx: &Context, args: &ResumeArgs) -> Result<Outcome, CliError> {
     let mut store = ctx.open_store()?;
-    super::redate_before_recovery(&mut store)?;
     let by = operator(args.by.as_deref());
     let now = now_ms();
     let cleared = store.resume_auto_decompose(now, &by)?;

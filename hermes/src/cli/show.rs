@@ -29,7 +29,9 @@ pub fn run(ctx: &Context, args: &ShowArgs) -> Result<Outcome, CliError> {
     let runs = store.runs_of(&task.id)?;
     let latest_summary = store.latest_summary(&task.id)?;
     let now = crate::clock::now_ms();
-    let claim = store.claim(&task.id)?.filter(|claim| claim.holds(now));
+    let claim = store
+        .claim(&task.id)?
+        .filter(|claim| claim.holds(now, store.path()));
     let pause = store.pause_in_force(now)?;
 
     if ctx.json {

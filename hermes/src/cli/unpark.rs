@@ -39,7 +39,6 @@ pub struct UnparkArgs {
 /// Unparks the card or says why not.
 pub fn run(ctx: &Context, args: &UnparkArgs) -> Result<Outcome, CliError> {
     let mut store = ctx.open_store()?;
-    super::redate_before_recovery(&mut store)?;
     let by = operator(args.by.as_deref());
     let parked_by_workers = store
         .task(&args.id)?

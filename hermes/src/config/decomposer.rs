@@ -545,38 +545,12 @@ fn extra_body(reader: &Reader, s: &Section) -> Result<Map<String, Json>, ConfigE
         };
         let field = format!("{key}.{name}");
         let json = to_json(value).map_err(|problem| reader.invalid(&field, problem))?;
-        if let Some(why) = reserved(name, &json) {
+        if let Some(why) = crate::aux_client::refused_body_field(name, &json) {
             return Err(reader.invalid(&field, why));
         }
         body.insert(name.clone(), json);
     }
     Ok(body)
-}
-
-/// Why `name` may not be set to `value` in `extra_body`, if it may not.
-fn reserved(name: &str, value: &Json) -> Option<String> {
-    match name {
-        "model" => Some("not allowed: set auxiliary.kanban_decomposer.model instead".to_owned()),
-        "messages" => Some("not allowed: the decomposer writes the prompt".to_owned()),
-        "tools" | "tool_choice" | "functions" | "function_call" | "parallel_tool_calls" => Some(
-            "not allowed: a decompose call never offers tools (providers and recorders tell aux \
-             calls from agent turns by their absence)"
-                .to_owned(),
-        ),
-        "stream_options" => Some(
-            "not allowed: whether the reply streams is the client's choice (it reads both)"
-                .to_owned(),
-        ),
-        "stream" if value != &Json::Bool(false) => Some(format!(
-            "only false is allowed (the client asks for a plain reply and reads a stream \
-             anyway), got {value}"
-        )),
-        // Each extra choice is billed as completion tokens of its own.
-        "n" if value != &Json::from(1) => Some(format!(
-            "only 1 is allowed (each extra choice is billed and none would be read), got {value}"
-        )),
-        _ => None,
-    }
 }
 
 /// `reasoning_effort` as upstream folds it into the body: `{"enabled": false}` for none,
@@ -894,7 +868,9 @@ mod tests {
         let config = parse(
             "auxiliary:\n  kanban_decomposer:\n    reasoning_effort: High\n    extra_body:\n      \
              provider: {order: [anthropic, google], sort: price}\n      temperature: 0.1\n      \
-             max_tokens: 900\n      stream: false\n      n: 1\n      top_p: .5\n",
+             max_tokens: 900\n      stream: false\n      n: 1\n      top_p: .5\n      \
+             best_of: 1\n      service_tier: flex\n      modalities: [text]\n      \
+             plugins: [{id: response-healing}]\n",
         );
         let body = &config.auxiliary.kanban_decomposer.extra_body;
         assert_eq!(
@@ -902,6 +878,8 @@ mod tests {
             serde_json::json!({
                 "provider": {"order": ["anthropic", "google"], "sort": "price"},
                 "temperature": 0.1, "max_tokens": 900, "stream": false, "n": 1, "top_p": 0.5,
+                "best_of": 1, "service_tier": "flex", "modalities": ["text"],
+                "plugins": [{"id": "response-healing"}],
                 "reasoning": {"enabled": true, "effort": "high"},
             })
         );
@@ -953,6 +931,12 @@ mod tests {
             ("stream", "true", "only false is allowed"),
             ("stream_options", "{include_usage: true}", "client's choice"),
             ("n", "2", "only 1 is allowed"),
+            ("best_of", "3", "only 1 is allowed"),
+            ("web_search_options", "{}", "web search is billed"),
+            ("plugins", "[{id: web}]", "web plugin"),
+            ("modalities", "[text, audio]", "only [text] is allowed"),
+            ("audio", "{voice: alloy}", "audio output"),
+            ("service_tier", "priority", "only auto, default or flex"),
             (
                 "model",
                 "other",

@@ -11,6 +11,7 @@
 mod decomposer;
 mod in_force;
 mod keys;
+mod nesting;
 mod prices;
 mod table;
 #[cfg(test)]
@@ -22,17 +23,20 @@ pub use decomposer::{
 };
 pub use in_force::{InForce, Source, WrittenKeys};
 pub use keys::{ConfigWarning, WarningLog};
+pub use nesting::MAX_NESTING;
 pub use prices::{format_cost, Price, Prices, PRICES_KEY};
 pub use table::{keys_table, KeySpec, Kind, Range, Upstream, KEYS};
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_norway::{Mapping, Value};
+
+use crate::core::redact::key_shapes;
 
 use table::{fits, flag, ignored, other, read_setting, seconds, section, text, whole, Setting};
 
@@ -73,6 +77,16 @@ pub enum ConfigError {
         path: PathBuf,
         /// Its size (at least; it may be growing).
         size: u64,
+    },
+    /// The file changed between two reads a moment apart: an editor is writing it (in place,
+    /// perhaps caught between truncating and writing), and what was read may be half of it.
+    #[error(
+        "{}: changed while it was read (being written?); not used until it reads the same twice",
+        path.display()
+    )]
+    Changing {
+        /// The file.
+        path: PathBuf,
     },
     /// The file is not valid YAML.
     #[error("{path}{}: invalid YAML: {detail}", line.map(|l| format!(": line {l}")).unwrap_or_default())]
@@ -180,6 +194,35 @@ pub struct Config {
     /// What was ignored but looks like a mistake (an unknown key, a setting upstream's rules
     /// make ineffective), in file order; the CLI prints these on stderr, the gateway logs them.
     pub warnings: Vec<ConfigWarning>,
+    /// The file as read, kept to carry keys over a reload (see [`Config::keeping`]).
+    pub raw: RawConfig,
+}
+
+/// What a config file said, as read: kept to carry the keys a later read leaves out over a
+/// reload (see [`Config::keeping`]). It is no part of what the config means (two configs that
+/// mean the same are equal however they were written), and it is never printed: it holds the
+/// keys.
+#[derive(Clone, Default)]
+pub struct RawConfig {
+    /// The file's top-level mapping.
+    top: Mapping,
+    /// The keys the file sets under `model`, `auxiliary` (and `auxiliary.kanban_decomposer`)
+    /// and `kanban`, dotted: what a reload that no longer sets one of them would drop.
+    pub set_keys: BTreeSet<String>,
+}
+
+impl PartialEq for RawConfig {
+    fn eq(&self, _: &RawConfig) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for RawConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawConfig")
+            .field("set_keys", &self.set_keys)
+            .finish_non_exhaustive()
+    }
 }
 
 section! {
@@ -506,6 +549,105 @@ pub fn read_config_bytes(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
     Ok(Some(bytes))
 }
 
+/// How recently a file must have changed for one read of it not to be trusted alone: an editor
+/// that writes in place (truncate, then write) may be caught between the two.
+pub const SETTLE_AGE: Duration = Duration::from_secs(2);
+
+/// How long after a first read of a recently changed file the second is made.
+pub const REREAD_AFTER: Duration = Duration::from_millis(50);
+
+/// Reads a configuration file (see [`read_config_file`]), twice when it changed within
+/// [`SETTLE_AGE`]: the two reads, [`REREAD_AFTER`] apart, must find the same text in the same
+/// file, else the file is being written and is not used ([`ConfigError::Changing`]). A file that
+/// has not changed for longer is read once.
+pub fn read_settled(path: &Path) -> Result<Option<String>, ConfigError> {
+    let before = ConfigStamp::of(path);
+    let first = read_config_file(path)?;
+    let after = ConfigStamp::of(path);
+    if before == after && before.is_none_or(|stamp| !stamp.changed_within(SETTLE_AGE)) {
+        return Ok(first);
+    }
+    std::thread::sleep(REREAD_AFTER);
+    let second = read_config_file(path)?;
+    if second == first && ConfigStamp::of(path) == after {
+        Ok(second)
+    } else {
+        Err(ConfigError::Changing {
+            path: path.to_owned(),
+        })
+    }
+}
+
+/// The value at `parts` (a dotted key, split) under `top`.
+fn lookup<'m>(top: &'m Mapping, parts: &[&str]) -> Option<&'m Value> {
+    let (first, rest) = parts.split_first()?;
+    let value = top.get(*first)?;
+    match (rest.is_empty(), value) {
+        (true, value) => Some(value),
+        (false, Value::Mapping(inner)) => lookup(inner, rest),
+        (false, _) => None,
+    }
+}
+
+/// Sets `value` at `parts` under `top`, making the mappings on the way (a section that is not
+/// a mapping is replaced by one).
+fn insert_at(top: &mut Mapping, parts: &[&str], value: Value) {
+    let Some((first, rest)) = parts.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        top.insert(Value::from(*first), value);
+        return;
+    }
+    let entry = top
+        .entry(Value::from(*first))
+        .or_insert_with(|| Value::Mapping(Mapping::new()));
+    if !entry.is_mapping() {
+        *entry = Value::Mapping(Mapping::new());
+    }
+    if let Value::Mapping(inner) = entry {
+        insert_at(inner, rest, value);
+    }
+}
+
+/// The dotted keys hermes reads that `top` sets (see [`RawConfig::set_keys`]): keys only
+/// upstream reads, and misspelt ones, are no settings of ours to keep.
+fn set_keys(top: &Mapping) -> BTreeSet<String> {
+    let mut keys = written_keys(top);
+    keys.retain(|key| KEYS.iter().any(|spec| spec.key == key));
+    keys
+}
+
+/// The dotted keys `top` writes in the sections hermes reads.
+fn written_keys(top: &Mapping) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for section in ["model", "auxiliary", "kanban"] {
+        let Some(value) = top.get(section).filter(|value| !value.is_null()) else {
+            continue;
+        };
+        let Value::Mapping(entries) = value else {
+            keys.insert(section.to_owned());
+            continue;
+        };
+        for (key, value) in entries.iter().filter(|(_, value)| !value.is_null()) {
+            let Some(key) = key.as_str() else { continue };
+            match value {
+                Value::Mapping(own) if section == "auxiliary" && key == "kanban_decomposer" => {
+                    keys.extend(
+                        own.keys()
+                            .filter_map(|k| k.as_str())
+                            .map(|k| format!("auxiliary.kanban_decomposer.{k}")),
+                    );
+                }
+                _ => {
+                    keys.insert(format!("{section}.{key}"));
+                }
+            }
+        }
+    }
+    keys
+}
+
 /// What identifies one version of `config.yaml` without reading it: the file, its size and
 /// its modification and change times. Equal stamps mean the same text (an edit in place or a
 /// replacement changes one of them).
@@ -519,6 +661,18 @@ pub struct ConfigStamp {
 }
 
 impl ConfigStamp {
+    /// Whether the file was changed (its content or its inode) within `age` of now, by the wall
+    /// clock (a modification time in the future counts as recent).
+    pub fn changed_within(&self, age: Duration) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                i128::try_from(since.as_nanos()).unwrap_or(i128::MAX)
+            });
+        let newest = self.mtime_ns.max(self.ctime_ns);
+        now - newest < i128::try_from(age.as_nanos()).unwrap_or(i128::MAX)
+    }
+
     /// The stamp of the file at `path` now (`None` when there is none, or it cannot be told).
     pub fn of(path: &Path) -> Option<ConfigStamp> {
         use std::os::unix::fs::MetadataExt;
@@ -556,11 +710,11 @@ impl Config {
         }
     }
 
-    /// Reads `<home>/config.yaml` (see [`read_config_file`]); a missing file means all
-    /// defaults.
+    /// Reads `<home>/config.yaml` (see [`read_config_file`], [`read_settled`]); a missing
+    /// file means all defaults.
     pub fn load(home: &Home) -> Result<Config, ConfigError> {
         let path = home.config_path();
-        match read_config_file(&path)? {
+        match read_settled(&path)? {
             Some(text) => Config::parse(&text, &path),
             None => Ok(Config::default()),
         }
@@ -568,16 +722,53 @@ impl Config {
 
     /// Parses config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        // Before the loader sees it: a deeply nested document costs the loader time in the square
+        // of its size (see `nesting`).
+        if let Some(deep) = nesting::too_deep(text) {
+            return Err(ConfigError::Syntax {
+                path: path.to_owned(),
+                line: Some(deep.line),
+                detail: format!(
+                    "nested more than {MAX_NESTING} levels deep; hermes reads no deeper \
+                     configuration (nor does upstream write one)"
+                ),
+            });
+        }
         let doc: Value = serde_norway::from_str(text).map_err(|e| ConfigError::Syntax {
             path: path.to_owned(),
             line: e.location().map(|l| l.line()),
-            detail: e.to_string(),
+            detail: key_shapes(&e.to_string()).into_owned(),
         })?;
+        Config::from_document(&doc, path)
+    }
+
+    /// `fresh`, a later read of the same file, with every key this config set and `fresh` does
+    /// not (`dropped`) kept at this config's value instead of going back to its default: how a
+    /// running gateway reads an edit, since a file caught mid-write by an editor writing in place
+    /// drops keys too (the kill switch among them), and a key a person meant to reset is named
+    /// in a WARN. `path` is only used in messages.
+    pub fn keeping(
+        &self,
+        fresh: &Config,
+        dropped: &[String],
+        path: &Path,
+    ) -> Result<Config, ConfigError> {
+        let mut merged = fresh.raw.top.clone();
+        for key in dropped {
+            let parts: Vec<&str> = key.split('.').collect();
+            if let Some(value) = lookup(&self.raw.top, &parts) {
+                insert_at(&mut merged, &parts, value.clone());
+            }
+        }
+        Config::from_document(&Value::Mapping(merged), path)
+    }
+
+    fn from_document(doc: &Value, path: &Path) -> Result<Config, ConfigError> {
         let reader = Reader {
             path,
             warnings: RefCell::new(Vec::new()),
         };
-        let top = match &doc {
+        let top = match doc {
             Value::Null => return Ok(Config::default()),
             Value::Mapping(m) => m,
             other => {
@@ -596,6 +787,10 @@ impl Config {
             auxiliary,
             kanban,
             agent,
+            raw: RawConfig {
+                top: top.clone(),
+                set_keys: set_keys(top),
+            },
             warnings: reader.warnings.into_inner(),
         })
     }
@@ -626,18 +821,23 @@ impl Section<'_> {
 }
 
 impl Reader<'_> {
+    /// An error about `key`: the key and the problem (which may echo the file's text) pass the
+    /// shape rule for secrets (`core::redact::key_shapes`), since no key is known yet.
     fn invalid(&self, key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
             path: self.path.to_owned(),
-            key: key.into(),
-            problem: problem.into(),
+            key: key_shapes(&key.into()).into_owned(),
+            problem: key_shapes(&problem.into()).into_owned(),
         }
     }
 
     fn warn(&self, key: impl Into<String>, problem: impl Into<String>) {
-        self.warnings
-            .borrow_mut()
-            .push(ConfigWarning::new(self.path, key.into(), problem.into()));
+        // As `invalid`: a warning names keys and echoes text of the file.
+        self.warnings.borrow_mut().push(ConfigWarning::new(
+            self.path,
+            key_shapes(&key.into()).into_owned(),
+            key_shapes(&problem.into()).into_owned(),
+        ));
     }
 
     fn section<'m>(

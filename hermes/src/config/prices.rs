@@ -11,7 +11,12 @@ use super::{ConfigError, Got, Reader, Section};
 /// The dotted key, in one place for every message that names it.
 pub const PRICES_KEY: &str = "kanban.prices";
 
-/// One model's price, USD per million tokens. Both are finite and non-negative.
+/// The highest price a model may be given, in USD per million tokens (a dollar a token): far
+/// above any real model's, and low enough that every estimate stays a finite number however many
+/// tokens the ledger holds (token counts saturate at `i64::MAX`).
+pub const MAX_PRICE: f64 = 1_000_000.0;
+
+/// One model's price, USD per million tokens. Both are finite, between 0 and [`MAX_PRICE`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Price {
     /// Per million prompt (input) tokens.
@@ -94,11 +99,12 @@ pub(super) fn read(reader: &Reader, kanban: &Section) -> Result<Prices, ConfigEr
                 ));
             };
             match v.as_f64() {
-                Some(n) if n.is_finite() && n >= 0.0 => Ok(if n == 0.0 { 0.0 } else { n }),
+                Some(n) if (0.0..=MAX_PRICE).contains(&n) => Ok(if n == 0.0 { 0.0 } else { n }),
                 _ => Err(reader.invalid(
                     dotted,
                     format!(
-                        "expected a non-negative number (USD per million tokens), got {}",
+                        "expected a non-negative number (USD per million tokens) of at most \
+                         {MAX_PRICE}, got {}",
                         Got(v)
                     ),
                 )),
@@ -134,8 +140,14 @@ mod tests {
             .cost(1_000_000, 1_000_000),
             18.0
         );
-        // Saturated token counts stay finite.
+        // Saturated token counts stay finite, at the highest price too, and so do sums of them.
         assert!(price.cost(u64::MAX, u64::MAX).is_finite());
+        let dearest = Price {
+            input: MAX_PRICE,
+            output: MAX_PRICE,
+        };
+        let one = dearest.cost(i64::MAX as u64, i64::MAX as u64);
+        assert!(one.is_finite() && (one * 1e12).is_finite());
     }
 
     #[test]

@@ -662,7 +662,8 @@ fn bad_prices_name_the_key() {
         ),
         (
             "kanban:\n  prices:\n    m: {input: -1, output: 1}\n",
-            "kanban.prices.m.input: expected a non-negative number (USD per million tokens), got -1",
+            "kanban.prices.m.input: expected a non-negative number (USD per million tokens) of at \
+             most 1000000, got -1",
         ),
         (
             "kanban:\n  prices:\n    m: {input: 1, output: .nan}\n",
@@ -673,9 +674,14 @@ fn bad_prices_name_the_key() {
             "kanban.prices.m.output: expected a non-negative number",
         ),
         (
+            "kanban:\n  prices:\n    m: {input: 1e308, output: 1}\n",
+            "kanban.prices.m.input: expected a non-negative number (USD per million tokens) of \
+             at most 1000000, got 1e308",
+        ),
+        (
             "kanban:\n  prices:\n    m: {input: '1', output: 1}\n",
-            "kanban.prices.m.input: expected a non-negative number (USD per million tokens), \
-             got \"1\"",
+            "kanban.prices.m.input: expected a non-negative number (USD per million tokens) of at \
+             most 1000000, got \"1\"",
         ),
         (
             "kanban:\n  prices:\n    m: {input: 1}\n",
@@ -706,4 +712,79 @@ fn a_misspelt_prices_key_is_still_hinted() {
             .any(|w| w.contains("kanban.price:") && w.contains("did you mean kanban.prices?")),
         "{hints:?}"
     );
+}
+
+#[test]
+fn a_reload_that_drops_keys_keeps_their_running_values() {
+    let path = Path::new("/h/config.yaml");
+    let running = parse(
+        "model:\n  default: m\nauxiliary:\n  kanban_decomposer:\n    timeout: 30\n\
+         kanban:\n  auto_decompose: false\n  decompose_max_attempts: 5\n",
+    )
+    .unwrap();
+    assert_eq!(
+        running
+            .raw
+            .set_keys
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        [
+            "auxiliary.kanban_decomposer.timeout",
+            "kanban.auto_decompose",
+            "kanban.decompose_max_attempts",
+            "model.default"
+        ]
+    );
+    // Caught mid-write: the first lines only, one value changed.
+    let torn = parse("model:\n  default: other\n").unwrap();
+    assert!(
+        torn.kanban.auto_decompose,
+        "alone, a missing switch is its default"
+    );
+    let dropped: Vec<String> = running
+        .raw
+        .set_keys
+        .difference(&torn.raw.set_keys)
+        .cloned()
+        .collect();
+    let kept = running.keeping(&torn, &dropped, path).unwrap();
+    assert!(!kept.kanban.auto_decompose, "the running value is kept");
+    assert_eq!(kept.kanban.decompose_max_attempts, 5);
+    assert_eq!(
+        kept.auxiliary.kanban_decomposer.timeout,
+        Some(Duration::from_secs(30))
+    );
+    assert_eq!(
+        kept.model.default.as_deref(),
+        Some("other"),
+        "what it sets, it sets"
+    );
+    // A section written as something else is replaced by the kept keys' mapping.
+    let odd = parse("kanban: 3\n");
+    assert!(odd.is_err());
+}
+
+#[test]
+fn a_file_changed_a_moment_ago_is_read_twice_to_the_same_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "kanban:\n  auto_decompose: false\n").unwrap();
+    let started = std::time::Instant::now();
+    let fresh = read_settled(&path).unwrap();
+    assert!(
+        started.elapsed() >= REREAD_AFTER,
+        "a fresh file is read again"
+    );
+    assert_eq!(fresh.as_deref(), Some("kanban:\n  auto_decompose: false\n"));
+    let old = std::time::SystemTime::now() - Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    // Its change time moved with the new modification time: still read twice, still the same.
+    assert_eq!(read_settled(&path).unwrap(), fresh);
+    assert_eq!(read_settled(&dir.path().join("none.yaml")).unwrap(), None);
 }

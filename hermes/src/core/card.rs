@@ -4,9 +4,9 @@
 //! Each transition takes the card's state as it is (`None` when the card has no state row) and
 //! returns a [`Step`]: the state it leaves (`None` only when there was none and it adds none) and
 //! the events to write. The store reads the row, asks here and writes what comes back, inside
-//! the transaction that read it; nothing here reads the board or the clock. The bulk statements
-//! that touch many rows at once (scheduling cards other tools wrote, re-dating after a clock
-//! jump) keep to these same rules and say so where they are.
+//! the transaction that read it; nothing here reads the board or the clock. The bulk statement
+//! that touches many rows at once (scheduling cards other tools wrote) keeps to these same rules
+//! and says so where it is.
 
 use serde_json::{json, Value};
 

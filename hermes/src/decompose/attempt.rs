@@ -106,6 +106,12 @@ impl AttemptContext {
             output::register_secret(key);
         }
         output::register_url(&endpoint.base_url);
+        // A proxy's URL may carry credentials of its own.
+        for name in crate::proxy::VARIABLES {
+            if let Ok(proxy) = std::env::var(name) {
+                output::register_url(&proxy);
+            }
+        }
         let key_source = Arc::new(endpoint.key_source);
         let client = AuxClient::new(AuxSettings {
             base_url: endpoint.base_url,
@@ -140,6 +146,11 @@ impl AttemptContext {
         };
         Billing {
             endpoint: self.client.shown_endpoint().to_owned(),
+            proxy: self
+                .client
+                .shown_proxy()
+                .unwrap_or("none (direct)")
+                .to_owned(),
             model: self.client.model().to_owned(),
             key,
             unauthorized: !self.key_source.found() && !self.client.sends_url_credentials(),
@@ -151,8 +162,10 @@ impl AttemptContext {
 /// Where decompose calls go, with which model, and where their key came from (never the key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Billing {
-    /// The URL requests are sent to, without credentials or query.
+    /// The URL requests are sent to, without credentials, its query's values redacted.
     pub endpoint: String,
+    /// The proxy they go through (`crate::proxy`), or `none (direct)`.
+    pub proxy: String,
     /// The model every request names.
     pub model: String,
     /// Where the key came from: a variable and its file, a config key, the URL's userinfo, or

@@ -371,6 +371,17 @@ pub struct BoardLock {
 }
 
 impl BoardLock {
+    /// Lets go of the file locked so far (it is no longer at the board's path: moved to another
+    /// home, deleted or replaced), so that a gateway wherever it is now can dispatch it. The
+    /// `flock` is released, the descriptor kept (see above).
+    pub fn let_go(&mut self) {
+        if let Some((_, file)) = self.held.take() {
+            let _ = file.unlock();
+            self.retired.push(file);
+        }
+        self.unusable = false;
+    }
+
     /// The lock for the board at `db_path`; nothing is taken yet.
     pub fn new(db_path: &Path) -> BoardLock {
         BoardLock {
@@ -390,10 +401,7 @@ impl BoardLock {
             if Some(*id) == current {
                 return UpstreamLockState::Held;
             }
-            if let Some((_, file)) = self.held.take() {
-                self.retired.push(file);
-            }
-            self.unusable = false;
+            self.let_go();
         }
         if self.unusable {
             return UpstreamLockState::Held;
@@ -478,6 +486,13 @@ impl DispatchGate {
             locks: UpstreamLocks::new(db_path),
             last: None,
         }
+    }
+
+    /// Lets go of the board's lock (see [`BoardLock::let_go`]): the gateway's board is no
+    /// longer at its path.
+    pub fn let_go_of_board(&mut self) {
+        self.board.let_go();
+        self.last = None;
     }
 
     /// Tries to take the locks not held yet; `true` when all are held. One WARN naming the
@@ -691,6 +706,34 @@ mod tests {
         assert!(matches!(second.poll(), UpstreamLockState::BoardBusy { .. }));
         drop(first);
         assert_eq!(second.poll(), UpstreamLockState::Held);
+    }
+
+    #[test]
+    fn a_board_moved_away_is_let_go_so_its_new_home_can_lock_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("kanban.db");
+        std::fs::write(&db, b"").unwrap();
+        let mut first = BoardLock::new(&db);
+        assert_eq!(first.poll(), UpstreamLockState::Held);
+        let moved = dir.path().join("new-home.db");
+        std::fs::rename(&db, &moved).unwrap();
+        let mut at_new_home = BoardLock::new(&moved);
+        assert!(matches!(
+            at_new_home.poll(),
+            UpstreamLockState::BoardBusy { .. }
+        ));
+        // The first notices the board gone and lets go of it, its descriptor kept.
+        first.let_go();
+        assert_eq!(at_new_home.poll(), UpstreamLockState::Held);
+        assert_eq!(first.retired.len(), 1);
+        // A file replaced under a holder is let go of as it follows the new one.
+        std::fs::write(&db, b"").unwrap();
+        assert_eq!(first.poll(), UpstreamLockState::Held);
+        std::fs::rename(&db, dir.path().join("third.db")).unwrap();
+        std::fs::write(&db, b"").unwrap();
+        assert_eq!(first.poll(), UpstreamLockState::Held);
+        let mut third = BoardLock::new(&dir.path().join("third.db"));
+        assert_eq!(third.poll(), UpstreamLockState::Held);
     }
 
     #[test]

@@ -66,23 +66,39 @@ const MAX_IN_FLIGHT: usize = 256;
 
 /// How long a tick waits for `config.yaml` to be read. The read runs on the blocking pool, off
 /// the loop that handles signals; a file on a stalled filesystem costs a tick this much at most
-/// (and SIGTERM this much more), and the gateway keeps its last good config meanwhile.
+/// (a signal ends the tick at once), and the gateway keeps its last good config meanwhile.
 const CONFIG_READ_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// How long the gateway's last act, copying the WAL into `kanban.db`, waits for other
 /// processes' transactions: SIGTERM must end the gateway within 5 s, shutdown grace included.
-const EXIT_CHECKPOINT_WAIT: Duration = Duration::from_millis(400);
-/// How often the gateway looks for rows dated in the future (a clock set back is rare; the look
-/// scans cards' schedules, which a tick must not pay for every time).
-const REDATE_EVERY: Duration = Duration::from_secs(60);
+const EXIT_CHECKPOINT_WAIT: Duration = Duration::from_millis(300);
+/// Beyond [`EXIT_CHECKPOINT_WAIT`], how long the shutdown waits for the board to take that
+/// checkpoint at all (another call of the gateway may still hold it, stuck on a locked file).
+const EXIT_CHECKPOINT_SLACK: Duration = Duration::from_millis(100);
+/// How long the shutdown waits for the board's connection and the locks to close.
+const CLOSE_WAIT: Duration = Duration::from_millis(200);
+/// The contract's bound on a stop (§6): from SIGTERM or SIGINT to the process's exit, the
+/// runtime's own shutdown (`cli::gateway`) included.
+pub const STOP_BOUND: Duration = Duration::from_secs(5);
 
+/// The runtime's wait for its last blocking tasks once the gateway stopped (`cli::gateway`).
+pub const RUNTIME_SHUTDOWN_WAIT: Duration = Duration::from_millis(200);
+
+// Every wait between the signal and the exit, each bounded on its own: within the contract's
+// bound with room for the process to end.
 const _: () = assert!(
-    SHUTDOWN_GRACE.as_millis() + CONFIG_READ_TIMEOUT.as_millis() + EXIT_CHECKPOINT_WAIT.as_millis()
-        < 5_000
+    SHUTDOWN_GRACE.as_millis()
+        + EXIT_CHECKPOINT_WAIT.as_millis()
+        + EXIT_CHECKPOINT_SLACK.as_millis()
+        + CLOSE_WAIT.as_millis()
+        + RUNTIME_SHUTDOWN_WAIT.as_millis()
+        < STOP_BOUND.as_millis()
 );
-// Workers are stopped beside the attempts in flight, within the same grace (S7).
+// Workers are stopped beside the attempts in flight, within the same grace (S7): their runs'
+// ends recorded first (each wait bounded), then their groups signalled and given their time.
 const _: () = assert!(
-    spawn::STOP_GRACE.as_millis() + spawn::KILL_WAIT.as_millis() <= SHUTDOWN_GRACE.as_millis()
+    spawn::RECORD_WAIT.as_millis() + spawn::STOP_GRACE.as_millis() + spawn::KILL_WAIT.as_millis()
+        <= SHUTDOWN_GRACE.as_millis()
 );
 
 /// Why the gateway could not run.
@@ -98,17 +114,6 @@ pub enum GatewayError {
     Board(#[from] BoardError),
     #[error("cannot install the {0} handler: {1}")]
     Signal(&'static str, std::io::Error),
-    #[error(
-        "kanban.db at {} has {links} hard links: SQLite keeps the write-ahead log beside each \
-         path, so a process that reaches the board through another link neither sees this \
-         gateway's writes nor is seen by it (records lost, cards billed again); refusing to \
-         start. Keep one link to the file (symlinks to it are fine)",
-        path.display()
-    )]
-    HardLinked {
-        path: std::path::PathBuf,
-        links: u64,
-    },
 }
 
 /// Runs the gateway in the foreground until SIGTERM or SIGINT.
@@ -127,46 +132,100 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
         .map_err(|e| BoardError::Join(e.to_string()))??,
     );
 
+    // A board with more than one hard link was refused by the open above (`Store::open`), and
+    // is refused again before every transaction, should a link be made later.
     let dispatching = config.kanban.dispatch_in_gateway;
-    // Only a dispatcher is refused: a gateway that dispatches nothing writes nothing.
-    if let Some(meta) = std::fs::metadata(&db_path).ok().filter(|_| dispatching) {
-        use std::os::unix::fs::MetadataExt;
-        if meta.nlink() > 1 {
-            return Err(GatewayError::HardLinked {
-                path: db_path,
-                links: meta.nlink(),
-            });
-        }
-    }
     let lock = if dispatching {
         Some(SingletonLock::acquire(home.lock_dir(), &db_path)?)
     } else {
         None
     };
 
-    let mut sigterm =
-        signal(SignalKind::terminate()).map_err(|e| GatewayError::Signal("SIGTERM", e))?;
-    let mut sigint =
-        signal(SignalKind::interrupt()).map_err(|e| GatewayError::Signal("SIGINT", e))?;
+    let mut stop = stop_on_signals()?;
 
     let config = Arc::new(config);
     // Resolved before the start line, which says what the gateway bills; what resolving it has
     // to report (bad `.env` lines, no key) comes after.
     let setup = dispatching.then(|| build_context(&home, &config));
-
     // Printed only once the handlers are in place: a supervisor that waits for this line can
     // stop the gateway cleanly from then on.
+    announce_start(&db_path, &config, setup.as_ref());
+    if dispatching {
+        spawn::announce(&config);
+    }
+
+    let Some(setup) = setup else {
+        let signal = stopped(&mut stop).await;
+        info!("{signal} received; gateway stopped");
+        return Ok(());
+    };
+    // Even the open waits for a signal no longer than for itself (a locked or stalled board).
+    let board = tokio::select! {
+        biased;
+        signal = stopped(&mut stop) => {
+            info!("{signal} received while opening the board; gateway stopped");
+            return Ok(());
+        }
+        board = BoardHandle::open_long_lived(&db_path) => board?,
+    };
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut dispatcher = Dispatcher::new(home, config, setup, config_stamp, board, shutdown_rx);
+    // At once, so that an upstream gateway starting a moment later finds them taken.
+    dispatcher.upstream_locks.may_dispatch();
+    let signal = dispatcher.run_until(&mut stop).await;
+    info!("{signal} received; stopping");
+    let _ = shutdown_tx.send(true);
+    dispatcher.shut_down(lock).await;
+    info!("gateway stopped");
+    Ok(())
+}
+
+/// Which signal asked the gateway to stop, once one did.
+type StopSignal = watch::Receiver<Option<&'static str>>;
+
+/// Installs the SIGTERM and SIGINT handlers; the receiver says which came first. Its own task
+/// waits for them, so every await of the gateway can be raced against a stop (see
+/// [`stopped`]): no board work, however stuck, stands between a signal and the shutdown.
+fn stop_on_signals() -> Result<StopSignal, GatewayError> {
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| GatewayError::Signal("SIGTERM", e))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| GatewayError::Signal("SIGINT", e))?;
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let which = tokio::select! {
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => "SIGINT",
+        };
+        let _ = tx.send(Some(which));
+    });
+    Ok(rx)
+}
+
+/// Resolves once a stop signal came (cancel-safe: a select may drop it and ask again).
+async fn stopped(stop: &mut StopSignal) -> &'static str {
+    match stop.wait_for(Option::is_some).await {
+        Ok(signal) => signal.unwrap_or("a signal"),
+        // The watcher task is gone (the runtime is shutting down): as good as a stop.
+        Err(_) => "shutdown",
+    }
+}
+
+/// The start line (see `docs/gateway.md`): what the gateway bills, and where.
+fn announce_start(
+    db_path: &std::path::Path,
+    config: &Config,
+    setup: Option<&Result<AttemptContext, AttemptSetupError>>,
+) {
     let pid = std::process::id();
     let tick_seconds = config.kanban.dispatch_interval.as_secs_f64();
-    match setup
-        .as_ref()
-        .map(|setup| setup.as_ref().map(AttemptContext::billing))
-    {
+    match setup.map(|setup| setup.as_ref().map(AttemptContext::billing)) {
         Some(Ok(billing)) => info!(
             pid,
             board = %db_path.display(),
             tick_seconds,
             endpoint = billing.endpoint.as_str(),
+            proxy = billing.proxy.as_str(),
             model = billing.model.as_str(),
             api_key_from = billing.key.as_str(),
             "gateway started (kanban dispatcher on)"
@@ -184,79 +243,6 @@ pub async fn run_gateway(home: Home) -> Result<(), GatewayError> {
             "gateway started (kanban dispatcher off: kanban.dispatch_in_gateway is false)"
         ),
     }
-
-    if dispatching {
-        spawn::announce(&config);
-    }
-
-    let Some(setup) = setup else {
-        tokio::select! {
-            _ = sigterm.recv() => {}
-            _ = sigint.recv() => {}
-        }
-        info!("gateway stopped");
-        return Ok(());
-    };
-
-    let board = BoardHandle::open_long_lived(&db_path).await?;
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut dispatcher = Dispatcher::new(home, config, setup, config_stamp, board, shutdown_rx);
-    // At once, so that an upstream gateway starting a moment later finds them taken.
-    dispatcher.upstream_locks.may_dispatch();
-    // The first tick comes at once: it closes what dead processes left in flight and brings
-    // cards written by other tools (upstream's CLI, an older board) under the budget.
-
-    let mut interval = new_interval(dispatcher.config.kanban.dispatch_interval);
-    loop {
-        tokio::select! {
-            _ = sigterm.recv() => { info!("SIGTERM received; stopping"); break; }
-            _ = sigint.recv() => { info!("SIGINT received; stopping"); break; }
-            Some(joined) = dispatcher.in_flight.join_next_with_id(), if !dispatcher.in_flight.is_empty() => {
-                dispatcher.finished(joined).await;
-            }
-            _ = interval.tick() => {
-                let before = dispatcher.config.kanban.dispatch_interval;
-                dispatcher.tick().await;
-                if dispatcher.config.kanban.dispatch_interval != before {
-                    interval = new_interval(dispatcher.config.kanban.dispatch_interval);
-                    interval.reset();
-                }
-            }
-        }
-    }
-
-    // Stop scheduling, then let the attempts in flight end: a request on its way may still
-    // answer for a moment (its graph is applied, its refusal pauses the board), otherwise it is
-    // aborted; each records its end (the attempt was counted before its request left) and none
-    // can leave half a graph, since a graph is written in one transaction or not at all.
-    let _ = shutdown_tx.send(true);
-    // Workers stop beside the attempts: their runs closed `interrupted`, their groups ended.
-    let mut workers = std::mem::replace(
-        &mut dispatcher.workers,
-        Workers::new(dispatcher.home.clone()),
-    );
-    let (board, config) = (dispatcher.board.clone(), dispatcher.config.clone());
-    let (drained, _) = tokio::join!(
-        tokio::time::timeout(SHUTDOWN_GRACE, async {
-            while let Some(joined) = dispatcher.in_flight.join_next_with_id().await {
-                dispatcher.finished(joined).await;
-            }
-        }),
-        workers.stop_all(&board, &config)
-    );
-    if drained.is_err() {
-        warn!(
-            left = dispatcher.in_flight.len(),
-            "attempts still running after {}s; exiting without them",
-            SHUTDOWN_GRACE.as_secs()
-        );
-    }
-    dispatcher.fold_wal_into_board().await;
-    // The board's connection closes before any lock descriptor does (see `BoardLock`).
-    drop(dispatcher);
-    drop(lock);
-    info!("gateway stopped");
-    Ok(())
 }
 
 /// The longest tick period the loop uses, whatever the config says: a timer's deadline is
@@ -309,6 +295,8 @@ struct Dispatcher {
     /// Recording attempts: while it fails, no request is sent.
     record_notice: Notice,
     file_notice: Notice,
+    /// Nothing was at the board's path at the last look (see `check_board_file`).
+    board_gone: bool,
     /// Upstream's dispatcher locks: nothing is dispatched until they are held.
     upstream_locks: DispatchGate,
     /// Config warnings already logged (at start, or by an earlier edit).
@@ -323,8 +311,6 @@ struct Dispatcher {
     end_notice: Notice,
     /// `-wal`/`-shm` swapped under the gateway.
     wal_files_notice: Notice,
-    /// When rows dated in the future were last looked for (`None`: not yet).
-    redate_checked: Option<Instant>,
     /// The workers this gateway started or adopted (the spawn half).
     workers: Workers,
     /// The parks this gateway has warned about, by card and the attempt that spent the budget:
@@ -363,6 +349,7 @@ fn config_condition(err: &ConfigError) -> String {
     match err {
         ConfigError::NotRegular { .. } => "config.yaml: not a regular file".to_owned(),
         ConfigError::TooLarge { .. } => "config.yaml: too large".to_owned(),
+        ConfigError::Changing { .. } => "config.yaml: being written".to_owned(),
         other => other.to_string(),
     }
 }
@@ -399,6 +386,7 @@ impl Dispatcher {
             tick_notice: Notice::default(),
             record_notice: Notice::default(),
             file_notice: Notice::default(),
+            board_gone: false,
             upstream_locks: DispatchGate::new(&db_path),
             config_warnings: WarningLog::default(),
             config_stamp,
@@ -406,7 +394,6 @@ impl Dispatcher {
             recover_notice: Notice::default(),
             end_notice: Notice::default(),
             wal_files_notice: Notice::default(),
-            redate_checked: None,
             workers,
             announced_parks: HashSet::new(),
         };
@@ -416,17 +403,84 @@ impl Dispatcher {
         dispatcher
     }
 
+    /// Ticks and collects finished attempts until a stop signal comes, and says which. A tick
+    /// is raced against the signal, so one stuck on the board (a locked or frozen file) never
+    /// holds the stop back: it is dropped where it waits, its blocking call left to end alone.
+    async fn run_until(&mut self, stop: &mut StopSignal) -> &'static str {
+        // The first tick comes at once: it closes what dead processes left in flight and brings
+        // cards written by other tools (upstream's CLI, an older board) under the budget.
+        let mut interval = new_interval(self.config.kanban.dispatch_interval);
+        loop {
+            tokio::select! {
+                signal = stopped(stop) => return signal,
+                Some(joined) = self.in_flight.join_next_with_id(), if !self.in_flight.is_empty() => {
+                    self.finished(joined).await;
+                }
+                _ = interval.tick() => {
+                    let before = self.config.kanban.dispatch_interval;
+                    tokio::select! {
+                        biased;
+                        signal = stopped(stop) => return signal,
+                        () = self.tick() => {}
+                    }
+                    if self.config.kanban.dispatch_interval != before {
+                        interval = new_interval(self.config.kanban.dispatch_interval);
+                        interval.reset();
+                    }
+                }
+            }
+        }
+    }
+
+    /// After the stop signal, within [`STOP_BOUND`] whatever the board does. The attempts in
+    /// flight get [`SHUTDOWN_GRACE`] to end: a request on its way may still answer for a moment
+    /// (its graph is applied, its refusal pauses the board), otherwise it is aborted; each
+    /// records its end (the attempt was counted before its request left) and none can leave half
+    /// a graph, since a graph is written in one transaction or not at all. Then the WAL is folded
+    /// into `kanban.db` and the board closed, each given a bounded wait: on a board that cannot
+    /// be written (locked past the grace, a frozen filesystem) they are left undone, and every
+    /// commit is still in the WAL.
+    async fn shut_down(mut self, lock: Option<SingletonLock>) {
+        // Workers stop beside the attempts (S7): their runs closed `interrupted`, their groups
+        // ended, within the same grace whatever the board does (`Workers::stop_all`).
+        let mut workers = std::mem::replace(&mut self.workers, Workers::new(self.home.clone()));
+        let (board, config) = (self.board.clone(), self.config.clone());
+        let (drained, _) = tokio::join!(
+            tokio::time::timeout(SHUTDOWN_GRACE, async {
+                while let Some(joined) = self.in_flight.join_next_with_id().await {
+                    self.finished(joined).await;
+                }
+            }),
+            tokio::time::timeout(SHUTDOWN_GRACE, workers.stop_all(&board, &config))
+        );
+        if drained.is_err() {
+            warn!(
+                left = self.in_flight.len(),
+                "attempts still running after {}s; exiting without them",
+                SHUTDOWN_GRACE.as_secs()
+            );
+        }
+        self.fold_wal_into_board().await;
+        // The board's connection closes before any lock descriptor does (see `BoardLock`), on
+        // the blocking pool: closing checkpoints, which a stalled disk could hold for good.
+        let closed = tokio::task::spawn_blocking(move || {
+            drop(self);
+            drop(lock);
+        });
+        if tokio::time::timeout(CLOSE_WAIT, closed).await.is_err() {
+            warn!(
+                "the board did not close within {:.1}s (locked by another process, or a stalled \
+                 filesystem); exiting without it: every commit is in kanban.db-wal",
+                CLOSE_WAIT.as_secs_f64()
+            );
+        }
+    }
+
     /// Closes attempts whose process is gone (or whose end this process could not record).
     async fn recover(&mut self) {
         let ours = self.in_flight_ids.clone();
         let budget = self.config.card_rules().budget;
-        let redate = self
-            .redate_checked
-            .is_none_or(|at| at.elapsed() >= REDATE_EVERY);
-        if redate {
-            self.redate_checked = Some(Instant::now());
-        }
-        match auto::recover(&self.board, &ours, budget, redate, Origin::Gateway).await {
+        match auto::recover(&self.board, &ours, budget, Origin::Gateway).await {
             Ok(recovered) => {
                 if self.recover_notice.clear() {
                     info!("abandoned attempts can be closed again");
@@ -459,16 +513,38 @@ impl Dispatcher {
         }
     }
 
-    /// Reopens the board when its file was deleted or replaced since it was opened: writing on
-    /// through the old handle would go to a file nobody reads.
-    async fn check_board_file(&mut self) {
+    /// Reopens the board when another file was put at its path since it was opened: writing on
+    /// through the old handle would go to a file nobody reads. When nothing is at the path (the
+    /// board was moved to another home, or deleted), no board is created in its place: the
+    /// gateway dispatches nothing, with one WARN, until a board is back at the path; its lock
+    /// on the old file was let go (`BoardLock`), so a gateway at the board's new home can
+    /// dispatch it. Returns whether the tick may go on with the board.
+    async fn check_board_file(&mut self) -> bool {
         let what = match self.board.file() {
-            BoardFile::Same => {
+            BoardFile::Same if !self.board_gone => {
                 self.file_notice.clear();
                 self.check_wal_files().await;
-                return;
+                return true;
             }
-            BoardFile::Missing => "was deleted",
+            // Moved back: its old connection was closed when it went.
+            BoardFile::Same => "was put back",
+            BoardFile::Missing => {
+                // The old connection closes at once (every later call is refused, see
+                // `Store::refresh`); attempts in flight on it record nothing more.
+                let _ = self.board.call(|_| Ok(())).await;
+                self.board_gone = true;
+                self.upstream_locks.let_go_of_board();
+                self.file_notice.warn_keyed(
+                    "missing",
+                    &format!(
+                        "kanban.db is gone from {} (moved to another home, or deleted) while the \
+                         gateway ran; dispatching nothing until a board is back at that path (a \
+                         moved board is dispatched by a gateway in its new home)",
+                        self.home.db_path().display()
+                    ),
+                );
+                return false;
+            }
             BoardFile::Replaced => "was replaced by another file",
         };
         // The old connection is closed before the new one opens (the store refuses every later
@@ -478,26 +554,29 @@ impl Dispatcher {
         // it holds them.
         let _ = self.board.call(|_| Ok(())).await;
         let path = self.home.db_path();
-        match BoardHandle::open_long_lived(&path).await {
+        match BoardHandle::reopen_long_lived(&path).await {
             Ok(board) => {
                 warn!(
                     board = %path.display(),
                     "kanban.db {what} while the gateway ran; reopened it (attempts in flight finish on the old file)"
                 );
                 self.file_notice.clear();
-                // The rest of this tick closes abandoned attempts on the new file (its rows dated
-                // in the future first), and its first pick brings every triage card there under
-                // the budget.
+                self.board_gone = false;
+                // The rest of this tick closes abandoned attempts on the new file, and its first
+                // pick brings every triage card there under the budget.
                 self.board = board;
-                self.redate_checked = None;
+                true
             }
-            Err(err) => self.file_notice.warn_keyed(
-                &format!("reopen-{}", error_chain(&err)),
-                &format!(
-                    "kanban.db {what} while the gateway ran, and cannot be reopened: {}",
-                    error_chain(&err)
-                ),
-            ),
+            Err(err) => {
+                self.file_notice.warn_keyed(
+                    &format!("reopen-{}", error_chain(&err)),
+                    &format!(
+                        "kanban.db {what} while the gateway ran, and cannot be reopened: {}",
+                        error_chain(&err)
+                    ),
+                );
+                false
+            }
         }
     }
 
@@ -528,11 +607,22 @@ impl Dispatcher {
     /// The gateway's last act: every commit copied into `kanban.db` and the WAL emptied, so that
     /// `kanban.db` alone is the whole board once the gateway is gone.
     async fn fold_wal_into_board(&mut self) {
-        match self
-            .board
-            .call(|s| s.checkpoint(EXIT_CHECKPOINT_WAIT))
-            .await
-        {
+        let folded = tokio::time::timeout(
+            EXIT_CHECKPOINT_WAIT + EXIT_CHECKPOINT_SLACK,
+            self.board.call(|s| s.checkpoint(EXIT_CHECKPOINT_WAIT)),
+        )
+        .await;
+        let Ok(folded) = folded else {
+            warn!(
+                "the board did not answer within {:.1}s (locked by another process, or a \
+                 stalled filesystem): kanban.db-wal keeps every commit, and the next hermes \
+                 command to close the board folds it in; until then copy kanban.db together with \
+                 kanban.db-wal",
+                (EXIT_CHECKPOINT_WAIT + EXIT_CHECKPOINT_SLACK).as_secs_f64()
+            );
+            return;
+        };
+        match folded {
             Ok(true) => {}
             Ok(false) => warn!(
                 "could not copy the WAL into kanban.db within {:.1}s (another process is using \
@@ -573,6 +663,7 @@ impl Dispatcher {
                 if self.billing.as_ref() != Some(&billing) {
                     info!(
                         endpoint = billing.endpoint.as_str(),
+                        proxy = billing.proxy.as_str(),
                         model = billing.model.as_str(),
                         api_key_from = billing.key.as_str(),
                         "decompose calls now go to {}",
@@ -634,20 +725,8 @@ impl Dispatcher {
             return;
         };
         self.config_stamp = stamp;
-        match *result {
-            Ok(fresh) => {
-                crate::output::register_config(&fresh);
-                if self.config_notice.clear() {
-                    info!("config.yaml is valid again; using it");
-                }
-                for warning in self.config_warnings.fresh(&fresh) {
-                    warn!(key = %warning.key, "{warning}");
-                }
-                if *self.config != fresh {
-                    self.config = Arc::new(fresh);
-                    self.rebuild_context();
-                }
-            }
+        match (*result).and_then(|fresh| self.keeping_dropped_keys(fresh)) {
+            Ok(fresh) => self.apply_config(fresh),
             Err(err) => self.config_notice.warn_keyed(
                 &config_condition(&err),
                 &format!("{err}; keeping the last good configuration"),
@@ -655,9 +734,56 @@ impl Dispatcher {
         }
     }
 
+    /// `fresh` with the keys the running config sets and it does not kept at their running
+    /// values (see `Config::keeping`), with one WARN naming them.
+    fn keeping_dropped_keys(&self, fresh: Config) -> Result<Config, ConfigError> {
+        let dropped = self.dropped_keys(&fresh);
+        if dropped.is_empty() {
+            return Ok(fresh);
+        }
+        let kept = self
+            .config
+            .keeping(&fresh, &dropped, &self.home.config_path())?;
+        warn!(
+            "config.yaml no longer sets {}: keeping the running value of each (an edit caught \
+             mid-write drops keys too); a key left out is back at its default when the gateway \
+             restarts",
+            dropped.join(", ")
+        );
+        Ok(kept)
+    }
+
+    /// The keys the running config sets that `fresh` does not: a reload would drop each to its
+    /// default.
+    fn dropped_keys(&self, fresh: &Config) -> Vec<String> {
+        self.config
+            .raw
+            .set_keys
+            .difference(&fresh.raw.set_keys)
+            .cloned()
+            .collect()
+    }
+
+    /// Runs with `fresh` from now on.
+    fn apply_config(&mut self, fresh: Config) {
+        crate::output::register_config(&fresh);
+        if self.config_notice.clear() {
+            info!("config.yaml is valid again; using it");
+        }
+        for warning in self.config_warnings.fresh(&fresh) {
+            warn!(key = %warning.key, "{warning}");
+        }
+        if *self.config != fresh {
+            self.config = Arc::new(fresh);
+            self.rebuild_context();
+        }
+    }
+
     async fn tick(&mut self) {
         self.reload_config().await;
-        self.check_board_file().await;
+        if !self.check_board_file().await {
+            return;
+        }
         // Closing abandoned attempts is a dispatcher's work too: another dispatcher's attempts
         // in flight are not this gateway's to close.
         if !self.upstream_locks.may_dispatch() {

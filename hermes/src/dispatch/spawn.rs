@@ -48,6 +48,10 @@ use crate::worker::prompt::task_message;
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long the processes get to go once SIGKILLed.
 pub const KILL_WAIT: Duration = Duration::from_secs(1);
+/// How long a stop waits for the board to record its workers' runs as interrupted before it
+/// signals them anyway: a board that cannot be written (locked, a frozen filesystem) must not
+/// keep a worker running past the gateway's stop.
+pub const RECORD_WAIT: Duration = Duration::from_millis(500);
 /// How often a stop looks at its workers.
 const STOP_POLL: Duration = Duration::from_millis(20);
 
@@ -96,7 +100,8 @@ struct Live {
     /// How its leader exited, once reaped (`None` inside: a signal).
     exit: Option<Option<i32>>,
     lock_path: PathBuf,
-    /// When it started, on the wall clock (a restart keeps it: the run's record).
+    /// When it started, as its spawn-ledger row was last read in this process's frame (see
+    /// `store::frame`): each tick reads it again, so no step of the wall clock moves its end.
     started_at_ms: i64,
     runtime: Duration,
     /// When its group was sent SIGTERM; SIGKILL follows after [`STOP_GRACE`].
@@ -229,6 +234,11 @@ impl Workers {
         spawns: &[LiveSpawn],
     ) -> Result<(), BoardError> {
         let open: HashMap<i64, bool> = spawns.iter().map(|s| (s.run_id, s.run_open)).collect();
+        for spawn in spawns {
+            if let Some(live) = self.live.get_mut(&spawn.run_id) {
+                live.started_at_ms = spawn.started_at_ms;
+            }
+        }
         let now = Instant::now();
         let wall = now_ms();
         let runs: Vec<i64> = self.live.keys().copied().collect();
@@ -595,21 +605,13 @@ impl Workers {
     }
 
     /// Stops every live worker (S7): their runs closed `interrupted` (not charged), their groups
-    /// SIGTERMed, SIGKILLed after [`STOP_GRACE`], each recorded once gone. Returns how many
-    /// could not be made to go within [`KILL_WAIT`] more.
+    /// SIGTERMed, SIGKILLed after [`STOP_GRACE`], each recorded once gone. The board is waited
+    /// for at most [`RECORD_WAIT`] before the signals, and not at all between them: a board that
+    /// cannot be written never keeps a worker running. Returns how many could not be made to go
+    /// within [`KILL_WAIT`] more.
     pub(crate) async fn stop_all(&mut self, board: &BoardHandle, config: &Config) -> usize {
-        let runs: Vec<i64> = self.live.keys().copied().collect();
-        let reason = "stopped: the gateway is shutting down".to_owned();
-        for run_id in &runs {
-            let _ = close(
-                board,
-                config,
-                *run_id,
-                RunOutcome::Interrupted,
-                reason.clone(),
-            )
-            .await;
-        }
+        let _ = tokio::time::timeout(RECORD_WAIT, self.close_all(board, config)).await;
+        let mut gone = Vec::new();
         let started = Instant::now();
         while !self.live.is_empty() && started.elapsed() < STOP_GRACE + KILL_WAIT {
             let now = Instant::now();
@@ -619,9 +621,7 @@ impl Workers {
                     continue;
                 };
                 if live.gone() {
-                    if let Some(live) = self.live.remove(&run_id) {
-                        let _ = self.ended(board, config, run_id, live).await;
-                    }
+                    gone.extend(self.live.remove(&run_id).map(|live| (run_id, live)));
                 } else {
                     live.stop(now);
                 }
@@ -635,7 +635,36 @@ impl Workers {
                  them by their lock"
             );
         }
+        for (run_id, live) in gone {
+            let _ = self.ended(board, config, run_id, live).await;
+        }
         self.live.len()
+    }
+
+    /// Closes the run of every worker this process watches as `interrupted`, after taking in the
+    /// runs it recorded but does not watch: a tick the stop cut short between recording a run
+    /// and watching its worker (`Dispatcher::run_until` drops a tick at a signal). Such a run's
+    /// worker is stopped if it started, and its run ends uncharged either way.
+    async fn close_all(&mut self, board: &BoardHandle, config: &Config) {
+        if let Ok(spawns) = board.call(|s| s.live_spawns()).await {
+            let ours = crate::process::token();
+            for spawn in spawns.iter().filter(|s| s.owner == ours) {
+                if self.live.contains_key(&spawn.run_id) {
+                    continue;
+                }
+                let mut live = adopted(spawn, PathBuf::from(&spawn.lock_path));
+                if live.pgid.is_none() {
+                    live.pgid = liveness::recorded_pid(&live.lock_path)
+                        .and_then(|pid| i32::try_from(pid).ok());
+                }
+                self.live.insert(spawn.run_id, live);
+            }
+        }
+        let runs: Vec<i64> = self.live.keys().copied().collect();
+        for run_id in runs {
+            let reason = "stopped: the gateway is shutting down".to_owned();
+            let _ = close(board, config, run_id, RunOutcome::Interrupted, reason).await;
+        }
     }
 }
 
@@ -666,8 +695,8 @@ fn adopted(spawn: &LiveSpawn, lock_path: PathBuf) -> Live {
         child: None,
         exit: None,
         lock_path,
-        // A start dated ahead (a clock that was set back) would stretch its runtime limit.
-        started_at_ms: spawn.started_at_ms.min(now_ms()),
+        // As the row reads in this process's frame: on the spawner's boot by its clock.
+        started_at_ms: spawn.started_at_ms,
         runtime: spawn.runtime,
         stopping: None,
     }

@@ -398,17 +398,21 @@ pub(crate) fn archive(tx: &Transaction<'_>, ids: &[String]) -> Result<ArchiveRep
     Ok(report)
 }
 
-const TASK_SELECT: &str = "SELECT t.id, t.title, t.body, t.assignee, t.status, t.priority, t.tenant, \
-     t.workspace_kind, t.workspace_path, t.branch_name, t.project_id, t.created_by, t.created_at, \
-     t.started_at, t.completed_at, t.result, t.skills, t.max_retries, t.session_id, \
-     t.workflow_template_id, t.current_step_key, t.block_kind, \
-     d.task_id AS d_task_id, d.attempts AS d_attempts, d.last_attempt_at_ms AS d_last_attempt_at_ms, \
-     d.last_error AS d_last_error, d.due_at_ms AS d_due_at_ms, d.parked_at_ms AS d_parked_at_ms, \
-     d.opt_out AS d_opt_out, \
-     s.task_id AS s_task_id, s.spawns AS s_spawns, s.failures AS s_failures, \
-     s.due_at_ms AS s_due_at_ms, s.parked_at_ms AS s_parked_at_ms, s.last_error AS s_last_error \
-     FROM tasks t LEFT JOIN hermes_decompose_state d ON d.task_id = t.id \
-     LEFT JOIN hermes_spawn_state s ON s.task_id = t.id";
+/// A card, its decompose state and its spawn state (their due times in the reader's frame, see
+/// `store::frame`).
+fn task_select() -> String {
+    format!(
+        "SELECT t.id, t.title, t.body, t.assignee, t.status, t.priority, t.tenant, \
+         t.workspace_kind, t.workspace_path, t.branch_name, t.project_id, t.created_by, \
+         t.created_at, t.started_at, t.completed_at, t.result, t.skills, t.max_retries, \
+         t.session_id, t.workflow_template_id, t.current_step_key, t.block_kind, \
+         d.task_id AS d_task_id, {}, s.task_id AS s_task_id, {} \
+         FROM tasks t LEFT JOIN hermes_decompose_state d ON d.task_id = t.id \
+         LEFT JOIN hermes_spawn_state s ON s.task_id = t.id",
+        super::decompose::state_columns("d"),
+        super::runs::spawn_state_columns("s")
+    )
+}
 
 /// A card's text column as it would be sent to the provider, or why it cannot be: text that
 /// is not valid UTF-8, or a BLOB, could only be sent mangled.
@@ -467,13 +471,7 @@ fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
     };
     let spawn = match r.get::<_, Option<String>>("s_task_id")? {
         None => None,
-        Some(_) => Some(crate::core::SpawnState {
-            spawns: lenient::count_u32(r, "s_spawns")?.unwrap_or(0),
-            failures: lenient::count_u32(r, "s_failures")?.unwrap_or(0),
-            due_at_ms: lenient::int(r, "s_due_at_ms")?,
-            parked_at_ms: lenient::int(r, "s_parked_at_ms")?,
-            last_error: lenient::text(r, "s_last_error")?,
-        }),
+        Some(_) => Some(super::runs::spawn_cells(r)?),
     };
     Ok(RawTask {
         status: lenient::text(r, "status")?.unwrap_or_default(),
@@ -515,7 +513,11 @@ fn finish(raw: RawTask) -> Result<Task, StoreError> {
 /// One card by id.
 pub(crate) fn task_by_id(conn: &Connection, id: &str) -> Result<Option<Task>, StoreError> {
     let raw = conn
-        .query_row(&format!("{TASK_SELECT} WHERE t.id = ?1"), [id], raw_task)
+        .query_row(
+            &format!("{} WHERE t.id = ?1", task_select()),
+            [id],
+            raw_task,
+        )
         .optional()
         .sql(format!("reading task {id}"))?;
     raw.map(finish).transpose()
@@ -523,7 +525,7 @@ pub(crate) fn task_by_id(conn: &Connection, id: &str) -> Result<Option<Task>, St
 
 /// Cards matching the filter, oldest first.
 pub(crate) fn list_tasks(conn: &Connection, filter: &ListFilter) -> Result<Vec<Task>, StoreError> {
-    let mut sql = format!("{TASK_SELECT} WHERE 1 = 1");
+    let mut sql = format!("{} WHERE 1 = 1", task_select());
     let mut args: Vec<String> = Vec::new();
     if let Some(status) = filter.status {
         args.push(status.as_str().to_owned());

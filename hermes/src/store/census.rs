@@ -18,7 +18,7 @@ use rusqlite::{params, Connection, OpenFlags};
 use super::decompose::HUMAN_BLOCK_KINDS;
 use super::guards::{calls_since, pause_in_force, HOUR_MS};
 use super::schema::pending_statements;
-use super::{BoardPart, Pause, SqlResultExt, StoreError};
+use super::{frame, BoardPart, Pause, SqlResultExt, StoreError};
 
 /// Triage cards by what the next automatic step would do with them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -74,6 +74,12 @@ pub fn census(db: &Path, now_ms: i64) -> Result<Census, StoreError> {
     }
     let schema_current = pending_statements(&conn)?.is_empty();
     let census = if schema_current {
+        // The reader's time frame, in a temporary table kept in memory: nothing is written
+        // beside the board, or to it.
+        conn.execute_batch("PRAGMA temp_store = MEMORY")
+            .sql("keeping temporary tables in memory")?;
+        frame::install(&conn)?;
+        frame::set(&conn, crate::clock::frame())?;
         Census {
             schema_current,
             triage: triage(&conn, now_ms, SCHEDULED)?,
@@ -103,8 +109,8 @@ const SCHEDULED: &str = "SELECT CASE
         WHEN s.parked_at_ms IS NOT NULL THEN 'parked'
         WHEN s.opt_out != 0 OR {HELD} THEN 'held'
         WHEN EXISTS (SELECT 1 FROM hermes_decompose_claims c
-                     WHERE c.task_id = t.id AND c.until_ms > ?1) THEN 'in_flight'
-        WHEN s.due_at_ms IS NOT NULL AND s.due_at_ms <= ?1 THEN 'due'
+                     WHERE c.task_id = t.id AND {CLAIM_UNTIL} > ?1) THEN 'in_flight'
+        WHEN s.due_at_ms IS NOT NULL AND {DUE} <= ?1 THEN 'due'
         ELSE 'waiting' END AS bucket, COUNT(*)
     FROM tasks t LEFT JOIN hermes_decompose_state s ON s.task_id = t.id
     WHERE t.status = 'triage' GROUP BY bucket";
@@ -115,7 +121,17 @@ const UNSCHEDULED: &str = "SELECT CASE WHEN {HELD} THEN 'held' ELSE 'due' END AS
         COUNT(*) FROM tasks t WHERE t.status = 'triage' GROUP BY bucket";
 
 fn triage(conn: &Connection, now_ms: i64, buckets: &str) -> Result<TriageCensus, StoreError> {
-    let sql = buckets.replace("{HELD}", HELD);
+    // Times in this reader's frame, as the due query reads them (see `store::frame`).
+    let sql = buckets
+        .replace("{HELD}", HELD)
+        .replace(
+            "{CLAIM_UNTIL}",
+            &frame::seen("c.until_ms", "c.boot", "c.until_boot_ms"),
+        )
+        .replace(
+            "{DUE}",
+            &frame::seen("s.due_at_ms", "s.due_boot", "s.due_boot_ms"),
+        );
     let mut stmt = conn.prepare(&sql).sql("counting triage cards")?;
     let [first_hold, second_hold] = HUMAN_BLOCK_KINDS;
     let mut rows = stmt

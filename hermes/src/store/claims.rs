@@ -20,11 +20,12 @@
 //! once by the attempt that took over (its answer is then discarded).
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use super::decompose::{read_state, write_step};
-use super::{lenient, SqlResultExt, Store, StoreError};
+use super::{frame, lenient, SqlResultExt, Store, StoreError};
 use crate::core::card::{Abandoned, Abandonment};
 use crate::core::{CardBudget, CardRules, Half, LedgerOutcome, Origin};
 use crate::process;
@@ -55,14 +56,15 @@ pub enum ClaimState {
 }
 
 impl Claim {
-    /// Whether the claim still holds the card at `now_ms`.
-    pub fn holds(&self, now_ms: i64) -> bool {
-        self.state(now_ms) == ClaimState::Held
+    /// Whether the claim still holds the card at `now_ms`, on the board at `board`.
+    pub fn holds(&self, now_ms: i64, board: &Path) -> bool {
+        self.state(now_ms, board) == ClaimState::Held
     }
 
-    /// The claim's state at `now_ms`.
-    pub fn state(&self, now_ms: i64) -> ClaimState {
-        match process::is_alive(&self.owner) {
+    /// The claim's state at `now_ms`, on the board at `board` (its holders' lock files are
+    /// beside it, see `process`).
+    pub fn state(&self, now_ms: i64, board: &Path) -> ClaimState {
+        match process::is_alive(&self.owner, board) {
             Some(true) => ClaimState::Held,
             Some(false) => ClaimState::Ended,
             None if self.until_ms > now_ms => ClaimState::Held,
@@ -90,9 +92,6 @@ pub struct Recovered {
     pub refunded: Vec<String>,
     /// Cards parked because the abandoned attempt was their last.
     pub parked: Vec<ParkedCard>,
-    /// Rows dated in the future (a clock that ran ahead was corrected), re-dated to now first
-    /// (see `auto::recover`).
-    pub redated: super::Redated,
 }
 
 /// A card recovery parked, with the attempt that spent its budget: the gateway owes one WARN
@@ -134,7 +133,7 @@ impl Store {
         if !self.read(|conn| anything_to_recover(conn, now_ms, ours_running))? {
             return Ok(Recovered::default());
         }
-        self.write(|tx| {
+        let (recovered, owners) = self.write(|tx| {
             let mut recovered = Recovered::default();
             for claim in claims(tx)? {
                 let ours_lost =
@@ -142,15 +141,19 @@ impl Store {
                 let state = if ours_lost {
                     ClaimState::Ended
                 } else {
-                    claim.state(now_ms)
+                    claim.state(now_ms, board_of(tx))
                 };
                 if state != ClaimState::Held {
                     abandon(tx, &claim, state, now_ms, budget, by, &mut recovered)?;
                 }
             }
             recovered.closed_rows += close_unclaimed_rows(tx, now_ms)?;
-            Ok(recovered)
-        })
+            let owners: Vec<String> = claims(tx)?.into_iter().map(|c| c.owner).collect();
+            Ok((recovered, owners))
+        })?;
+        // Once their claims are closed, the lock files of the holders that are gone go too.
+        process::let_go_of_dead(&self.path, &owners);
+        Ok(recovered)
     }
 }
 
@@ -161,28 +164,40 @@ fn anything_to_recover(
 ) -> Result<bool, StoreError> {
     let stale = claims(conn)?.iter().any(|claim| {
         (claim.owner == process::token() && !ours_running.contains(&claim.task_id))
-            || !claim.holds(now_ms)
+            || !claim.holds(now_ms, board_of(conn))
     });
     Ok(stale || unclaimed_rows(conn)? > 0)
 }
 
-pub(crate) fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>, StoreError> {
-    conn.query_row(
-        "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease
-         FROM hermes_decompose_claims WHERE task_id = ?1",
-        [task_id],
-        claim_row,
+/// The board a connection has open, where its claims' holders keep their lock files.
+pub(crate) fn board_of(conn: &Connection) -> &Path {
+    Path::new(conn.path().unwrap_or_default())
+}
+
+/// A claim's columns, its times in the reader's frame (see `store::frame`).
+fn claim_columns() -> String {
+    format!(
+        "task_id, attempt, origin, owner, {}, {}, lease",
+        frame::seen("claimed_at_ms", "boot", "claimed_boot_ms"),
+        frame::seen("until_ms", "boot", "until_boot_ms")
     )
-    .optional()
+}
+
+pub(crate) fn claim_of(conn: &Connection, task_id: &str) -> Result<Option<Claim>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {} FROM hermes_decompose_claims WHERE task_id = ?1",
+        claim_columns()
+    ))
+    .and_then(|mut stmt| stmt.query_row([task_id], claim_row).optional())
     .sql("reading the card's claim")
 }
 
 fn claims(conn: &Connection) -> Result<Vec<Claim>, StoreError> {
     let mut stmt = conn
-        .prepare_cached(
-            "SELECT task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease
-             FROM hermes_decompose_claims ORDER BY task_id",
-        )
+        .prepare_cached(&format!(
+            "SELECT {} FROM hermes_decompose_claims ORDER BY task_id",
+            claim_columns()
+        ))
         .sql("reading claims")?;
     let rows = stmt.query_map([], claim_row).sql("reading claims")?;
     rows.collect::<Result<_, _>>().sql("reading claims")
@@ -219,13 +234,21 @@ pub(crate) fn put_claim(
 ) -> Result<(), StoreError> {
     let (now_ms, until_ms) = span;
     tx.execute(
-        "INSERT INTO hermes_decompose_claims
-             (task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-         ON CONFLICT(task_id) DO UPDATE SET
-             attempt = excluded.attempt, origin = excluded.origin, owner = excluded.owner,
-             claimed_at_ms = excluded.claimed_at_ms, until_ms = excluded.until_ms,
-             lease = excluded.lease",
+        &format!(
+            "INSERT INTO hermes_decompose_claims
+                 (task_id, attempt, origin, owner, claimed_at_ms, until_ms, lease, boot,
+                  claimed_boot_ms, until_boot_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, {}, {}, {})
+             ON CONFLICT(task_id) DO UPDATE SET
+                 attempt = excluded.attempt, origin = excluded.origin, owner = excluded.owner,
+                 claimed_at_ms = excluded.claimed_at_ms, until_ms = excluded.until_ms,
+                 lease = excluded.lease, boot = excluded.boot,
+                 claimed_boot_ms = excluded.claimed_boot_ms,
+                 until_boot_ms = excluded.until_boot_ms",
+            frame::boot_id(),
+            frame::boot_ms_of("?5"),
+            frame::boot_ms_of("?6"),
+        ),
         params![
             task_id,
             attempt,
@@ -321,8 +344,12 @@ pub(crate) fn abandon(
         format!("abandoned: {why} before recording how this request went; it may have been billed");
     let closed = tx
         .execute(
-            "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, detail = ?5
-             WHERE task_id = ?1 AND attempt = ?2 AND outcome = ?6 AND purpose = ?7",
+            &format!(
+                "UPDATE hermes_aux_ledger SET outcome = ?3, ended_at_ms = ?4, ended_boot_ms = {},
+                     detail = ?5
+                 WHERE task_id = ?1 AND attempt = ?2 AND outcome = ?6 AND purpose = ?7",
+                super::ledger::ended_boot_ms("?4")
+            ),
             params![
                 claim.task_id,
                 claim.attempt,
@@ -410,12 +437,14 @@ fn unclaimed_rows(conn: &Connection) -> Result<i64, StoreError> {
 
 fn close_unclaimed_rows(tx: &Transaction<'_>, now_ms: i64) -> Result<usize, StoreError> {
     tx.execute(
-        "UPDATE hermes_aux_ledger SET outcome = ?1, ended_at_ms = ?2,
+        &format!("UPDATE hermes_aux_ledger SET outcome = ?1, ended_at_ms = ?2, ended_boot_ms = {},
              detail = 'left in flight by a process that ended before recording how it went; it may have been billed'
          WHERE outcome = ?3 AND purpose = ?4
            AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
                            WHERE c.task_id = hermes_aux_ledger.task_id
                              AND c.attempt = hermes_aux_ledger.attempt)",
+            super::ledger::ended_boot_ms("?2")
+        ),
         params![
             LedgerOutcome::Unknown.as_str(),
             now_ms,

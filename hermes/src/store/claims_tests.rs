@@ -4,7 +4,6 @@
 //! simulated by writing their claims with their process tokens.
 
 use std::collections::HashSet;
-use std::process::{Child, Command};
 use std::time::Duration;
 
 use rstest::rstest;
@@ -89,24 +88,9 @@ fn hand_claim_to(store: &Store, id: &str, owner: &str, until_ms: i64) {
     assert_eq!(changed, 1, "{id} has a claim");
 }
 
-/// A live process other than this one; killed on drop.
-struct Live(Child);
-
-impl Live {
-    fn start() -> Live {
-        Live(Command::new("sleep").arg("60").spawn().unwrap())
-    }
-
-    fn token(&self) -> String {
-        process::token_of(self.0.id())
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A live process other than this one, as its lock file says (see `process`).
+fn live_holder(store: &Store) -> process::TestHolder {
+    process::TestHolder::alive(store.path(), 4242)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -205,18 +189,15 @@ fn a_live_holder_keeps_the_card_from_every_origin_whatever_the_clock_says(
     let id = triage_card(&mut store, "in flight elsewhere");
     let now = now_ms();
     begin(&mut store, &id, Origin::Gateway, now).unwrap();
-    let other = Live::start();
+    let other = live_holder(&store);
     // Expired by the clock (a clock that jumped forward, or a reply slower than its span):
     // the holder is alive, so its request may still be applied.
-    hand_claim_to(&store, &id, &other.token(), now - 1);
+    hand_claim_to(&store, &id, &other.token, now - 1);
     let before = attempts(&store, &id);
     match begin(&mut store, &id, origin, now + 2 * CLAIM_MS) {
         Err(BeginRefusal::Claimed { until_ms, by }) => {
             assert_eq!(until_ms, now - 1);
-            assert!(
-                by.contains(&format!("pid {}", other.0.id())),
-                "names the holder: {by}"
-            );
+            assert!(by.contains("pid 4242"), "names the holder: {by}");
         }
         other => panic!("expected a claim refusal, got {other:?}"),
     }
@@ -276,7 +257,7 @@ fn a_dead_holders_attempt_is_closed_when_the_card_is_next_begun() {
     begin(&mut store, &sent, Origin::Gateway, now).unwrap();
     begin(&mut store, &unsent, Origin::Gateway, now).unwrap();
     ledger_of_attempt(&mut store, &sent, 1, now);
-    let dead = process::dead_token();
+    let dead = process::dead_token(store.path());
     hand_claim_to(&store, &sent, &dead, now + CLAIM_MS);
     hand_claim_to(&store, &unsent, &dead, now + CLAIM_MS);
 
@@ -323,7 +304,7 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
     ledger_of_attempt(&mut store, &last, MAX_ATTEMPTS, now);
     // An older build's crash: a row in flight and no claim at all.
     ledger_of_attempt(&mut store, "t_0000dead", 1, now);
-    let dead = process::dead_token();
+    let dead = process::dead_token(store.path());
     hand_claim_to(&store, &killed, &dead, now + CLAIM_MS);
     hand_claim_to(&store, &last, &dead, now + CLAIM_MS);
     let before = store.calls_since(now - 1).unwrap();
@@ -347,7 +328,6 @@ fn rows_left_in_flight_are_closed_as_unknown_and_still_count_toward_the_ceiling(
             failed,
             refunded: vec![],
             parked: vec![parked_at_last_attempt(&last)],
-            ..Recovered::default()
         }
     );
     assert_eq!(outcomes(&store), ["unknown", "unknown", "unknown"]);

@@ -15,12 +15,13 @@ use super::board::{
     add_event, canonical_assignee, insert_task_row, promote_ready, unreadable, TaskRow,
 };
 use super::claims::{
-    abandon, claim_is_ours, claim_of, new_lease, put_claim, release, ClaimState, Recovered,
+    abandon, board_of, claim_is_ours, claim_of, new_lease, put_claim, release, ClaimState,
+    Recovered,
 };
 use super::guards::{
     auto_gate, guards_in_force, set_pause, set_unreachable_pause, unreachable_streak, AutoGate,
 };
-use super::{lenient, SqlResultExt, Status, Store, StoreError};
+use super::{frame, lenient, SqlResultExt, Status, Store, StoreError};
 use crate::core::card::{Begin, Failure, Step};
 use crate::core::time::after;
 use crate::core::{
@@ -197,6 +198,10 @@ impl Store {
         task_id: &str,
         policy: &BeginPolicy,
     ) -> Result<Result<AttemptTicket, BeginRefusal>, StoreError> {
+        // Held before any claim of this process is recorded, so that no other process can take
+        // a live claim of ours for a dead one's (see `process`). Should it fail, our claims are
+        // of unknown liveness to others, which hold them until their expiry: safe.
+        let _ = crate::process::hold_for(&self.path);
         self.write(|tx| begin_attempt(tx, task_id, policy))
     }
 
@@ -275,9 +280,14 @@ impl Store {
         // independent of the board): due from its creation, never later than now.
         let added = self.write(|tx| {
             tx.execute(
-                "INSERT OR IGNORE INTO hermes_decompose_state (task_id, due_at_ms)
-                 SELECT t.id, MIN(t.created_at * 1000, ?2) FROM tasks t
-                 WHERE t.rowid > ?1 AND t.status = 'triage'",
+                &format!(
+                    "INSERT OR IGNORE INTO hermes_decompose_state
+                         (task_id, due_at_ms, due_boot, due_boot_ms)
+                     SELECT t.id, MIN(t.created_at * 1000, ?2), {}, {} FROM tasks t
+                     WHERE t.rowid > ?1 AND t.status = 'triage'",
+                    frame::boot_id(),
+                    frame::boot_ms_of("MIN(t.created_at * 1000, ?2)")
+                ),
                 params![floor, now_ms],
             )
             .sql("scheduling triage cards written by other tools")
@@ -323,6 +333,11 @@ impl Store {
     }
 }
 
+/// The due cards, oldest first: one walk of the due index per boot whose clock the due times
+/// were recorded on (see `store::frame`), merged by when each is due in the reader's frame. A
+/// boot's cards are in the order of its clock, so each walk stops after `limit` usable cards,
+/// and the cost does not grow with the board (the boots are few: this host's, and one per
+/// earlier boot or other host that scheduled a card still waiting).
 fn due_rows(
     conn: &Connection,
     now_ms: i64,
@@ -332,31 +347,110 @@ fn due_rows(
     if limit == 0 {
         return Ok((Vec::new(), Vec::new()));
     }
-    let mut stmt = conn
+    let reader: Option<String> = conn
+        .prepare_cached("SELECT boot FROM temp.hermes_frame")
+        .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
+        .sql("reading the time frame")?;
+    // Grows with what is found, never with `limit`: that comes from config and may be huge.
+    let mut due: Vec<(i64, String)> = Vec::new();
+    let mut set_aside = Vec::new();
+    for boot in scheduled_boots(conn)? {
+        let by_boot_clock = boot.is_some() && boot == reader;
+        due_of_boot(
+            conn,
+            (boot.as_deref(), by_boot_clock),
+            now_ms,
+            (limit, exclude),
+            &mut due,
+            &mut set_aside,
+        )?;
+    }
+    due.sort();
+    Ok((
+        due.into_iter().take(limit).map(|(_, id)| id).collect(),
+        set_aside,
+    ))
+}
+
+/// The boots (`None`: no boot recorded) of the cards that have a due time, each once, from the
+/// due index: one short look-up per boot, not a scan.
+fn scheduled_boots(conn: &Connection) -> Result<Vec<Option<String>>, StoreError> {
+    let mut boots = Vec::new();
+    let unbooted: Option<i64> = conn
         .prepare_cached(
+            "SELECT 1 FROM hermes_decompose_state
+             WHERE due_at_ms IS NOT NULL AND due_boot IS NULL LIMIT 1",
+        )
+        .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)).optional())
+        .sql("looking for due cards")?;
+    if unbooted.is_some() {
+        boots.push(None);
+    }
+    let mut after = String::new();
+    let mut next = conn
+        .prepare_cached(
+            "SELECT MIN(due_boot) FROM hermes_decompose_state
+             WHERE due_at_ms IS NOT NULL AND due_boot > ?1",
+        )
+        .sql("looking for due cards")?;
+    while let Some(boot) = next
+        .query_row([&after], |r| r.get::<_, Option<String>>(0))
+        .sql("looking for due cards")?
+    {
+        after.clone_from(&boot);
+        boots.push(Some(boot));
+    }
+    Ok(boots)
+}
+
+/// Walks the due cards of one boot (`boot`; read by its clock when it is the reader's, else by
+/// their wall time) until `limit` usable ones are found, adding them to `due` with when each is
+/// due in the reader's frame, and the unreadable ones to `set_aside`.
+fn due_of_boot(
+    conn: &Connection,
+    (boot, by_boot_clock): (Option<&str>, bool),
+    now_ms: i64,
+    (limit, exclude): (usize, &std::collections::HashSet<String>),
+    due: &mut Vec<(i64, String)>,
+    set_aside: &mut Vec<SetAside>,
+) -> Result<(), StoreError> {
+    let (seen, is_due, order) = if by_boot_clock {
+        (
+            format!("s.due_boot_ms + {}", frame::FRAME_OFFSET),
+            format!("s.due_boot_ms <= ?1 - {}", frame::FRAME_OFFSET),
+            "s.due_boot_ms",
+        )
+    } else {
+        (
+            "s.due_at_ms".to_owned(),
+            "s.due_at_ms <= ?1".to_owned(),
+            "s.due_at_ms",
+        )
+    };
+    let claim_until = frame::seen("c.until_ms", "c.boot", "c.until_boot_ms");
+    let mut stmt = conn
+        .prepare_cached(&format!(
             // CROSS JOIN pins the due index as the outer loop. Given the choice (and no ANALYZE
             // statistics), SQLite starts from idx_tasks_status instead, reads every triage card
             // and sorts them all: 7 ms a tick at 100k cards, growing with the board. This way
             // it stops after `limit` rows.
-            "SELECT s.task_id, t.title, t.body FROM hermes_decompose_state s
+            "SELECT s.task_id, t.title, t.body, {seen} FROM hermes_decompose_state s
              CROSS JOIN tasks t ON t.id = s.task_id
-             WHERE s.due_at_ms IS NOT NULL AND s.due_at_ms <= ?1
+             WHERE s.due_at_ms IS NOT NULL AND s.due_boot IS ?4 AND {is_due}
                AND s.parked_at_ms IS NULL AND s.opt_out = 0
                AND NOT EXISTS (SELECT 1 FROM hermes_decompose_claims c
-                               WHERE c.task_id = s.task_id AND c.until_ms > ?1)
+                               WHERE c.task_id = s.task_id AND {claim_until} > ?1)
                AND t.status = 'triage' AND t.started_at IS NULL
                AND (t.block_kind IS NULL OR t.block_kind NOT IN (?2, ?3))
-             ORDER BY s.due_at_ms, s.task_id",
-        )
+             ORDER BY {order}, s.task_id"
+        ))
         .sql("selecting due cards")?;
     // The holds come from the one list; a list of another length does not compile here.
     let [first_hold, second_hold] = HUMAN_BLOCK_KINDS;
     let mut rows = stmt
-        .query(params![now_ms, first_hold, second_hold])
+        .query(params![now_ms, first_hold, second_hold, boot])
         .sql("selecting due cards")?;
-    // Grows with what is found, never with `limit`: that comes from config and may be huge.
-    let mut due = Vec::new();
-    let mut set_aside = Vec::new();
+    let mut found = 0;
     while let Some(row) = rows.next().sql("selecting due cards")? {
         let id: String = row.get(0).sql("reading a due card")?;
         if exclude.contains(&id) {
@@ -369,14 +463,16 @@ fn due_rows(
         match unreadable(title, body) {
             Some(why) => set_aside.push(SetAside { task_id: id, why }),
             None => {
-                due.push(id);
-                if due.len() == limit {
+                let when = lenient::int(row, 3).sql("reading a due card")?.unwrap_or(0);
+                due.push((when, id));
+                found += 1;
+                if found == limit {
                     break;
                 }
             }
         }
     }
-    Ok((due, set_aside))
+    Ok(())
 }
 
 /// A card's decompose state, if it has a row; its cells read leniently (another tool's odd
@@ -385,16 +481,27 @@ pub(super) fn read_state(
     conn: &Connection,
     task_id: &str,
 ) -> Result<Option<DecomposeState>, StoreError> {
-    conn.query_row(
-        "SELECT attempts AS d_attempts, last_attempt_at_ms AS d_last_attempt_at_ms,
-             last_error AS d_last_error, due_at_ms AS d_due_at_ms,
-             parked_at_ms AS d_parked_at_ms, opt_out AS d_opt_out
-         FROM hermes_decompose_state WHERE task_id = ?1",
-        [task_id],
-        state_cells,
-    )
-    .optional()
+    conn.prepare_cached(&format!(
+        "SELECT {} FROM hermes_decompose_state s WHERE task_id = ?1",
+        state_columns("s")
+    ))
+    .and_then(|mut stmt| stmt.query_row([task_id], state_cells).optional())
     .sql("reading the card's decompose state")
+}
+
+/// The decompose state's cells of the row aliased `alias`, named as [`state_cells`] reads them:
+/// the due time in the reader's frame (see `store::frame`).
+pub(super) fn state_columns(alias: &str) -> String {
+    let due = frame::seen(
+        &format!("{alias}.due_at_ms"),
+        &format!("{alias}.due_boot"),
+        &format!("{alias}.due_boot_ms"),
+    );
+    format!(
+        "{alias}.attempts AS d_attempts, {alias}.last_attempt_at_ms AS d_last_attempt_at_ms, \
+         {alias}.last_error AS d_last_error, {due} AS d_due_at_ms, \
+         {alias}.parked_at_ms AS d_parked_at_ms, {alias}.opt_out AS d_opt_out"
+    )
 }
 
 /// A decompose state from a row that names its cells `d_attempts`, `d_due_at_ms`, … (a card's
@@ -434,9 +541,13 @@ pub(super) fn write_step(
         (_, None) => {}
         (None, Some(after)) => {
             tx.execute(
-                "INSERT INTO hermes_decompose_state (task_id, attempts, last_attempt_at_ms,
-                     last_error, due_at_ms, parked_at_ms, opt_out)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                &format!(
+                    "INSERT INTO hermes_decompose_state (task_id, attempts, last_attempt_at_ms,
+                         last_error, due_at_ms, parked_at_ms, opt_out, due_boot, due_boot_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, {}, {})",
+                    frame::boot_of("?5"),
+                    frame::boot_ms_of("?5")
+                ),
                 params![
                     task_id,
                     after.attempts,
@@ -501,7 +612,16 @@ fn update_changed(
     let mut values = vec![Cell::Text(task_id.to_owned())];
     for (name, _, value) in cells.into_iter().filter(|(_, changed, _)| *changed) {
         values.push(value);
-        set.push(format!("{name} = ?{}", values.len()));
+        let param = format!("?{}", values.len());
+        if name == "due_at_ms" {
+            // Its boot's clock is written with it, always (see `store::frame`).
+            set.push(format!(
+                "due_boot = {}, due_boot_ms = {}",
+                frame::boot_of(&param),
+                frame::boot_ms_of(&param)
+            ));
+        }
+        set.push(format!("{name} = {param}"));
     }
     if set.is_empty() {
         return Ok(());
@@ -588,7 +708,7 @@ fn begin_attempt(
     }
     // Whatever the origin: another attempt's request may still be on its way (B1, B4).
     if let Some(claim) = claim_of(tx, task_id)? {
-        let state = claim.state(policy.now_ms);
+        let state = claim.state(policy.now_ms, board_of(tx));
         if state == ClaimState::Held {
             return Ok(Err(BeginRefusal::Claimed {
                 until_ms: claim.until_ms,

@@ -53,7 +53,7 @@ fn crash(store: &Store) {
     other_process(store)
         .execute(
             "UPDATE hermes_decompose_claims SET owner = ?1",
-            [crate::process::dead_token()],
+            [crate::process::dead_token(store.path())],
         )
         .unwrap();
 }
@@ -579,7 +579,6 @@ fn a_card_whose_last_attempt_never_ended_is_parked_instead_of_offered_on_every_t
                     failed: vec![poison.clone()],
                     refunded: vec![],
                     parked: vec![parked_at_last_attempt(&poison)],
-                    ..Recovered::default()
                 }
             );
         }

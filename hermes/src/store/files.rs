@@ -95,16 +95,34 @@ pub struct BoardFiles {
     pub db: Option<FileId>,
     pub wal: Option<FileId>,
     pub shm: Option<FileId>,
+    /// How many names `kanban.db` has (its `st_nlink`), read by the same `stat` as its
+    /// identity: more than one, and processes reaching it through different names keep
+    /// different write-ahead logs (see [`BoardFiles::links`]).
+    pub db_links: u64,
 }
 
 impl BoardFiles {
     /// What the paths beside `db` name now.
     pub fn at(db: &Path) -> BoardFiles {
+        let meta = std::fs::metadata(db).ok();
         BoardFiles {
-            db: FileId::of(db),
+            db: meta.as_ref().map(|meta| FileId {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            }),
             wal: FileId::of(&BoardPart::Wal.path(db)),
             shm: FileId::of(&BoardPart::Shm.path(db)),
+            db_links: meta.map_or(0, |meta| meta.nlink()),
         }
+    }
+
+    /// `Some(n)` when `kanban.db` has more than one name. SQLite keeps the write-ahead log and
+    /// its index beside the name a process opened, so a process that reaches the board through
+    /// another hard link neither sees this one's commits nor is seen by it: each overwrites the
+    /// other's pages (acknowledged rows lost, a malformed file, cards billed again). Such a
+    /// board is read and written by nobody until one name is left.
+    pub fn links(&self) -> Option<u64> {
+        (self.db_links > 1).then_some(self.db_links)
     }
 
     /// What differs in `now` from these files as they were opened, `kanban.db` first. A file
@@ -138,12 +156,14 @@ mod tests {
             db: id(1),
             wal: id(2),
             shm: None,
+            db_links: 1,
         };
         assert!(opened.changes(&opened).is_empty());
         let now = BoardFiles {
             db: id(1),
             wal: None,
             shm: id(9),
+            db_links: 1,
         };
         assert_eq!(
             opened.changes(&now),
@@ -156,7 +176,10 @@ mod tests {
             db: id(7),
             wal: id(2),
             shm: None,
+            db_links: 2,
         };
+        assert_eq!(now.links(), Some(2));
+        assert_eq!(opened.links(), None);
         let changes = opened.changes(&now);
         assert_eq!(changes.len(), 1);
         assert_eq!(

@@ -6,7 +6,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
-use super::{SqlResultExt, Store, StoreError};
+use super::{frame, SqlResultExt, Store, StoreError};
 use crate::core::{BeginRefusal, LedgerOutcome};
 
 /// One hour in milliseconds: the ceiling's rolling window.
@@ -124,14 +124,29 @@ pub(crate) fn guards_in_force(
 
 /// Calls that may have been billed (every ledger row but those that never reached the provider)
 /// started at or after `since_ms`.
+///
+/// Each row's start is read in the reader's frame (see `store::frame`): the calls of the
+/// reader's boot by their boot clock (an index on it), the others by their wall time (the index
+/// on it, past which only the last hour's rows are looked at).
 pub(crate) fn calls_since(conn: &Connection, since_ms: i64) -> Result<u64, StoreError> {
-    conn.query_row(
-        "SELECT COUNT(*) FROM hermes_aux_ledger WHERE started_at_ms >= ?1 AND outcome != ?2",
-        params![since_ms, LedgerOutcome::Unreachable.as_str()],
-        |r| r.get::<_, i64>(0),
-    )
-    .map(|n| u64::try_from(n).unwrap_or(0))
-    .sql("counting paid calls")
+    let same_boot = frame::same_boot("boot", "started_boot_ms");
+    let sql = format!(
+        "SELECT (SELECT COUNT(*) FROM hermes_aux_ledger
+                 WHERE boot = {boot} AND started_boot_ms >= ?1 - {offset} AND outcome != ?2)
+              + (SELECT COUNT(*) FROM hermes_aux_ledger
+                 WHERE started_at_ms >= ?1 AND NOT COALESCE({same_boot}, 0) AND outcome != ?2)",
+        boot = frame::FRAME_BOOT,
+        offset = frame::FRAME_OFFSET,
+    );
+    conn.prepare_cached(&sql)
+        .and_then(|mut stmt| {
+            stmt.query_row(
+                params![since_ms, LedgerOutcome::Unreachable.as_str()],
+                |r| r.get::<_, i64>(0),
+            )
+        })
+        .map(|n| u64::try_from(n).unwrap_or(0))
+        .sql("counting paid calls")
 }
 
 /// The board-wide pause in force at `now_ms`: the longer one, when a refusal's and an
@@ -154,20 +169,24 @@ pub(crate) fn unreachable_pause(conn: &Connection) -> Result<Option<Pause>, Stor
 }
 
 fn pause_at(conn: &Connection, key: &str) -> Result<Option<Pause>, StoreError> {
-    conn.query_row(
-        "SELECT until_ms, value, updated_at_ms FROM hermes_board_state
+    let sql = format!(
+        "SELECT {}, value, {} FROM hermes_board_state
          WHERE key = ?1 AND until_ms IS NOT NULL",
-        [key],
-        |r| {
-            Ok(Pause {
-                until_ms: r.get(0)?,
-                reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                set_at_ms: r.get(2)?,
+        frame::seen("until_ms", "boot", "until_boot_ms"),
+        frame::seen("updated_at_ms", "boot", "updated_boot_ms"),
+    );
+    conn.prepare_cached(&sql)
+        .and_then(|mut stmt| {
+            stmt.query_row([key], |r| {
+                Ok(Pause {
+                    until_ms: r.get(0)?,
+                    reason: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    set_at_ms: r.get(2)?,
+                })
             })
-        },
-    )
-    .optional()
-    .sql("reading a board pause")
+            .optional()
+        })
+        .sql("reading a board pause")
 }
 
 /// Records the provider pause inside the caller's transaction; a pause already in force that
@@ -216,11 +235,19 @@ fn put_pause(
     now_ms: i64,
 ) -> Result<(), StoreError> {
     conn.execute(
-        "INSERT INTO hermes_board_state (key, value, until_ms, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT(key) DO UPDATE SET
-             value = excluded.value, until_ms = excluded.until_ms,
-             updated_at_ms = excluded.updated_at_ms",
+        &format!(
+            "INSERT INTO hermes_board_state
+                 (key, value, until_ms, updated_at_ms, boot, until_boot_ms, updated_boot_ms)
+             VALUES (?1, ?2, ?3, ?4, {}, {}, {})
+             ON CONFLICT(key) DO UPDATE SET
+                 value = excluded.value, until_ms = excluded.until_ms,
+                 updated_at_ms = excluded.updated_at_ms, boot = excluded.boot,
+                 until_boot_ms = excluded.until_boot_ms,
+                 updated_boot_ms = excluded.updated_boot_ms",
+            frame::boot_id(),
+            frame::boot_ms_of("?3"),
+            frame::boot_ms_of("?4"),
+        ),
         params![key, reason, until_ms, now_ms],
     )
     .sql("recording a board pause")?;

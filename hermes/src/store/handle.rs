@@ -43,11 +43,19 @@ fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
 impl BoardHandle {
     /// Opens (creating on first use) the board at `path`.
     pub async fn open(path: &Path) -> Result<Self, BoardError> {
+        Self::open_with(path, true).await
+    }
+
+    async fn open_with(path: &Path, create: bool) -> Result<Self, BoardError> {
         let path = path.to_owned();
         let (store, opened) = tokio::task::spawn_blocking({
             let path = path.clone();
             move || {
-                let store = Store::open(&path)?;
+                let store = if create {
+                    Store::open(&path)?
+                } else {
+                    Store::open_existing(&path)?
+                };
                 // Taken right after opening: the file the connection holds.
                 Ok::<_, StoreError>((store, identity(&path).ok()))
             }
@@ -65,6 +73,14 @@ impl BoardHandle {
     /// copied into `kanban.db` at once (see [`Store::checkpoint_every_commit`]).
     pub async fn open_long_lived(path: &Path) -> Result<Self, BoardError> {
         let board = Self::open(path).await?;
+        board.call(|s| s.checkpoint_every_commit()).await?;
+        Ok(board)
+    }
+
+    /// [`open_long_lived`](Self::open_long_lived), only if a board is at `path` (see
+    /// [`Store::open_existing`]): how a running gateway reopens its board.
+    pub async fn reopen_long_lived(path: &Path) -> Result<Self, BoardError> {
+        let board = Self::open_with(path, false).await?;
         board.call(|s| s.checkpoint_every_commit()).await?;
         Ok(board)
     }

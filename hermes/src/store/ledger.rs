@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::claims::claim_is_ours;
 use super::guards::{auto_gate, board_pause, calls_since, unreachable_pause, AutoGate, HOUR_MS};
-use super::{lenient, SqlResultExt, Store, StoreError};
+use super::{frame, lenient, SqlResultExt, Store, StoreError};
 use crate::core::{BeginRefusal, Half, LedgerOutcome, Origin};
 
 /// A ledger row about to be opened.
@@ -214,23 +214,20 @@ impl Store {
                     }
                 }
             }
-            tx.execute(
-                "INSERT INTO hermes_aux_ledger
-                     (task_id, purpose, origin, attempt, try, started_at_ms, outcome, model)
-                 VALUES (?1, ?8, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
-                    open.task_id,
-                    open.origin.as_str(),
-                    open.attempt,
-                    open.try_no,
-                    open.started_at_ms,
-                    LedgerOutcome::InFlight.as_str(),
-                    open.model,
-                    Half::Decompose.as_str()
-                ],
+            open_row(
+                tx,
+                &RowStart {
+                    task_id: &open.task_id,
+                    purpose: Half::Decompose,
+                    origin: open.origin.as_str(),
+                    attempt: open.attempt,
+                    try_no: open.try_no,
+                    started_at_ms: open.started_at_ms,
+                    model: open.model.as_deref(),
+                    run_id: None,
+                },
             )
-            .sql("opening a ledger row")?;
-            Ok(Ok(tx.last_insert_rowid()))
+            .map(Ok)
         })
     }
 
@@ -238,9 +235,13 @@ impl Store {
     pub fn ledger_close(&mut self, id: i64, close: &LedgerClose) -> Result<(), StoreError> {
         self.write(|tx| {
             tx.execute(
-                "UPDATE hermes_aux_ledger SET ended_at_ms = ?2, outcome = ?3, http_status = ?4,
-                     prompt_tokens = ?5, completion_tokens = ?6, detail = ?7
-                 WHERE id = ?1",
+                &format!(
+                    "UPDATE hermes_aux_ledger SET ended_at_ms = ?2, ended_boot_ms = {},
+                         outcome = ?3, http_status = ?4, prompt_tokens = ?5,
+                         completion_tokens = ?6, detail = ?7
+                     WHERE id = ?1",
+                    ended_boot_ms("?2")
+                ),
                 params![
                     id,
                     close.ended_at_ms,
@@ -266,8 +267,10 @@ impl Store {
     ) -> Result<UsageReport, StoreError> {
         self.read(|conn| {
             let since = since_ms.unwrap_or(i64::MIN);
+            // Each call's start in this reader's frame (see `store::frame`).
+            let started = started_seen("l");
             let mut stmt = conn
-                .prepare(
+                .prepare(&format!(
                     // Token sums are taken in two halves (the high and the low 32 bits of each
                     // row's count, a negative one as 0), so that no sum can overflow SQLite's
                     // integer (`SUM` fails on overflow): rows another tool wrote, or a provider
@@ -282,16 +285,16 @@ impl Store {
                             SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295),
                             s.attempts,
                             s.parked_at_ms IS NOT NULL,
-                            MAX(CAST(l.started_at_ms AS INTEGER)),
+                            MAX(CAST({started} AS INTEGER)),
                             SUM(l.outcome = :unknown),
                             SUM(l.outcome = :unreachable)
                      FROM hermes_aux_ledger l
                      LEFT JOIN tasks t ON t.id = l.task_id
                      LEFT JOIN hermes_decompose_state s ON s.task_id = l.task_id
-                     WHERE l.started_at_ms >= :since
+                     WHERE {started} >= :since
                      GROUP BY l.task_id
-                     ORDER BY MAX(l.started_at_ms) DESC, l.task_id",
-                )
+                     ORDER BY MAX({started}) DESC, l.task_id",
+                ))
                 .sql("reading the ledger")?;
             let bound = named_params! {
                 ":since": since,
@@ -326,7 +329,7 @@ impl Store {
             let mut cards: Vec<CardUsage> =
                 rows.collect::<Result<_, _>>().sql("reading the ledger")?;
             let mut by_model = conn
-                .prepare(
+                .prepare(&format!(
                     // As above, token sums in two halves.
                     "SELECT l.task_id, l.model,
                             SUM(l.outcome != ?2),
@@ -335,11 +338,11 @@ impl Store {
                             SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) >> 32),
                             SUM(MAX(COALESCE(CAST(l.completion_tokens AS INTEGER), 0), 0) & 4294967295)
                      FROM hermes_aux_ledger l
-                     WHERE l.started_at_ms >= ?1
+                     WHERE {started} >= ?1
                      GROUP BY l.task_id, l.model
                      HAVING SUM(l.outcome != ?2) > 0
                      ORDER BY l.task_id, l.model",
-                )
+                ))
                 .sql("reading the ledger")?;
             let groups = by_model
                 .query_map(params![since, LedgerOutcome::Unreachable.as_str()], |r| {
@@ -414,15 +417,19 @@ impl Store {
 
 /// Both halves of the spend since `since` (see [`Halves`]).
 fn halves(conn: &rusqlite::Connection, since: i64) -> Result<Halves, StoreError> {
+    // Each row's start in this reader's frame (see `store::frame`).
+    let started = started_seen("l");
     let half = |purpose: Half| -> Result<HalfUsage, StoreError> {
         conn.query_row(
             // Token sums in two halves, as the usage query does.
-            "SELECT SUM(outcome != ?3),
-                    SUM(MAX(COALESCE(CAST(prompt_tokens AS INTEGER), 0), 0) >> 32),
-                    SUM(MAX(COALESCE(CAST(prompt_tokens AS INTEGER), 0), 0) & 4294967295),
-                    SUM(MAX(COALESCE(CAST(completion_tokens AS INTEGER), 0), 0) >> 32),
-                    SUM(MAX(COALESCE(CAST(completion_tokens AS INTEGER), 0), 0) & 4294967295)
-             FROM hermes_aux_ledger WHERE purpose = ?1 AND started_at_ms >= ?2",
+            &format!(
+                "SELECT SUM(outcome != ?3),
+                        SUM(MAX(COALESCE(CAST(prompt_tokens AS INTEGER), 0), 0) >> 32),
+                        SUM(MAX(COALESCE(CAST(prompt_tokens AS INTEGER), 0), 0) & 4294967295),
+                        SUM(MAX(COALESCE(CAST(completion_tokens AS INTEGER), 0), 0) >> 32),
+                        SUM(MAX(COALESCE(CAST(completion_tokens AS INTEGER), 0), 0) & 4294967295)
+                 FROM hermes_aux_ledger l WHERE purpose = ?1 AND {started} >= ?2"
+            ),
             params![purpose.as_str(), since, LedgerOutcome::Unreachable.as_str()],
             |r| {
                 Ok(HalfUsage {
@@ -436,9 +443,12 @@ fn halves(conn: &rusqlite::Connection, since: i64) -> Result<Halves, StoreError>
     };
     let (spawns, charged, live): (Option<i64>, Option<i64>, Option<i64>) = conn
         .query_row(
-            "SELECT COUNT(*), SUM(charged = 1),
-                    (SELECT COUNT(*) FROM hermes_spawn_ledger WHERE exited_at_ms IS NULL)
-             FROM hermes_spawn_ledger WHERE started_at_ms >= ?1",
+            &format!(
+                "SELECT COUNT(*), SUM(charged = 1),
+                        (SELECT COUNT(*) FROM hermes_spawn_ledger WHERE exited_at_ms IS NULL)
+                 FROM hermes_spawn_ledger l WHERE {} >= ?1",
+                super::runs::spawn_started_seen("l")
+            ),
             [since],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
@@ -460,6 +470,71 @@ fn halves(conn: &rusqlite::Connection, since: i64) -> Result<Halves, StoreError>
             parked_cards: count(parked),
         },
     })
+}
+
+/// A ledger row's start, in the reader's frame, for the row aliased `alias`.
+pub(crate) fn started_seen(alias: &str) -> String {
+    frame::seen(
+        &format!("{alias}.started_at_ms"),
+        &format!("{alias}.boot"),
+        &format!("{alias}.started_boot_ms"),
+    )
+}
+
+/// A ledger row's end on its boot's clock, for an end `wall` written now: only when the row
+/// was opened on the reader's boot (its start's clock is the one the end is measured on).
+pub(crate) fn ended_boot_ms(wall: &str) -> String {
+    format!(
+        "CASE WHEN {} THEN {} END",
+        frame::same_boot("boot", "started_boot_ms"),
+        frame::boot_ms_of(wall)
+    )
+}
+
+/// A ledger row as it is opened, in flight: whichever half sends the request.
+pub(crate) struct RowStart<'a> {
+    pub task_id: &'a str,
+    pub purpose: Half,
+    /// Who sends it (`Origin::as_str`, or the worker half's own name).
+    pub origin: &'a str,
+    /// The attempt (a decompose call) or the run's turn (a worker's request).
+    pub attempt: u32,
+    pub try_no: u32,
+    pub started_at_ms: i64,
+    pub model: Option<&'a str>,
+    /// The worker run the request belongs to; `None` for a decompose call.
+    pub run_id: Option<i64>,
+}
+
+/// Opens a ledger row for a request about to leave, its start on the wall clock and on this
+/// boot's clock (see `store::frame`): the one writer of a request's start, for both halves.
+pub(crate) fn open_row(
+    tx: &rusqlite::Transaction<'_>,
+    row: &RowStart<'_>,
+) -> Result<i64, StoreError> {
+    tx.execute(
+        &format!(
+            "INSERT INTO hermes_aux_ledger
+                 (task_id, purpose, origin, attempt, try, started_at_ms, outcome, model, run_id,
+                  boot, started_boot_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, {}, {})",
+            frame::boot_id(),
+            frame::boot_ms_of("?6")
+        ),
+        params![
+            row.task_id,
+            row.purpose.as_str(),
+            row.origin,
+            row.attempt,
+            row.try_no,
+            row.started_at_ms,
+            LedgerOutcome::InFlight.as_str(),
+            row.model,
+            row.run_id
+        ],
+    )
+    .sql("opening a ledger row")?;
+    Ok(tx.last_insert_rowid())
 }
 
 /// A count SQLite summed (NULL for no rows), as a count.

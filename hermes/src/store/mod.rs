@@ -13,13 +13,15 @@ mod decompose;
 #[cfg(test)]
 mod decompose_tests;
 mod files;
+mod frame;
+#[cfg(test)]
+mod frame_tests;
 mod guards;
 mod handle;
 mod ledger;
 mod lenient;
 mod pyjson;
 mod recovery;
-mod redate;
 mod runs;
 pub(crate) mod schema;
 #[cfg(test)]
@@ -28,6 +30,7 @@ mod worker;
 
 use std::fmt;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -55,7 +58,6 @@ pub use recovery::{
     AutoDecomposeSwitch, CallFilter, ClearedPause, LedgerCall, ResumeRecord, UnparkRefusal,
     Unparked,
 };
-pub use redate::{Redated, CLOCK_SKEW};
 pub use runs::{
     ClaimRefusal, Closed, Gone, LiveSpawn, RunClose, RunTicket, SpawnPolicy, MAX_RUNTIME,
 };
@@ -145,6 +147,22 @@ pub enum StoreError {
         path: PathBuf,
         /// What happened.
         change: FileChange,
+    },
+    /// `kanban.db` has more than one hard link (see `BoardFiles::links`): nothing was read or
+    /// written, by this process or any other hermes process, until one name is left.
+    #[error(
+        "kanban.db at {} has {links} hard links: SQLite keeps the write-ahead log beside each \
+         name, so processes reaching the board through different links neither see each \
+         other's writes nor are seen (records lost, a malformed file, cards billed again); \
+         nothing was read or written. Keep one link to the file (symlinks to it are fine; a \
+         backup tool that hard-links must copy instead)",
+        path.display()
+    )]
+    HardLinked {
+        /// The database file.
+        path: PathBuf,
+        /// Its link count.
+        links: u64,
     },
     /// SQLite refused an operation.
     #[error("{context}")]
@@ -435,6 +453,11 @@ pub struct Store {
     /// Set while a caller that has just [`refresh`](Store::refresh)ed runs its calls (a
     /// `BoardHandle` call): the files are not looked at again before each of them.
     refreshed: bool,
+    /// The reader's time frame as last set on the connection (see `store::frame`); `None`
+    /// until it is, and after the connection was reopened.
+    frame_set: std::cell::Cell<Option<crate::clock::Frame>>,
+    /// A frame to read and write with instead of this process's (tests of other boots).
+    frame_override: Option<crate::clock::Frame>,
 }
 
 impl fmt::Debug for Store {
@@ -468,7 +491,18 @@ impl Store {
     /// would cost every command time in proportion to the board's size.) The schema is then
     /// brought up to date additively (see `store::schema`).
     pub fn open(db_path: impl AsRef<Path>) -> Result<Store, StoreError> {
-        let path = db_path.as_ref().to_owned();
+        Self::open_with(db_path.as_ref(), true)
+    }
+
+    /// Opens the board at `db_path` only if there is one: a board moved or deleted from under a
+    /// running gateway must not be replaced by an empty one at the old path (its cards would
+    /// seem gone, and the gateway would dispatch an empty board).
+    pub fn open_existing(db_path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Self::open_with(db_path.as_ref(), false)
+    }
+
+    fn open_with(path: &Path, create: bool) -> Result<Store, StoreError> {
+        let path = path.to_owned();
         let existed = match fs::metadata(&path) {
             Ok(meta) if meta.is_dir() => {
                 return Err(StoreError::Corrupt {
@@ -476,8 +510,21 @@ impl Store {
                     detail: "it is a directory".into(),
                 })
             }
+            Ok(meta) if meta.nlink() > 1 => {
+                return Err(StoreError::HardLinked {
+                    path,
+                    links: meta.nlink(),
+                })
+            }
             // SQLite treats an empty file as an empty database, as upstream does.
             Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => {
+                return Err(StoreError::Io {
+                    context: "no board (moved or deleted?) at",
+                    path,
+                    source: e,
+                });
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     fs::create_dir_all(dir).map_err(|source| StoreError::Io {
@@ -512,6 +559,8 @@ impl Store {
             noticed: Vec::new(),
             checkpoint_every_commit: false,
             refreshed: false,
+            frame_set: std::cell::Cell::new(None),
+            frame_override: None,
         };
         if existed {
             store.probe()?;
@@ -527,7 +576,8 @@ impl Store {
 
     /// Whether the paths still name the files this connection opened.
     fn current(&self) -> bool {
-        self.detached.is_none() && self.files.changes(&BoardFiles::at(&self.path)).is_empty()
+        let now = BoardFiles::at(&self.path);
+        self.detached.is_none() && now.links().is_none() && self.files.changes(&now).is_empty()
     }
 
     /// Makes sure the connection still works on the files at the board's path, before a
@@ -540,9 +590,10 @@ impl Store {
         if let Some(change) = self.detached {
             return Err(self.changed(change));
         }
-        let changes = self.files.changes(&BoardFiles::at(&self.path));
+        let now = BoardFiles::at(&self.path);
+        let changes = self.files.changes(&now);
         if changes.is_empty() {
-            return Ok(());
+            return self.one_name(&now);
         }
         if let Some(&db) = changes.iter().find(|c| c.part == BoardPart::Db) {
             self.close_connection()?;
@@ -554,7 +605,9 @@ impl Store {
                 self.noticed.push(change);
             }
         }
-        self.reopen()
+        self.reopen()?;
+        let files = self.files;
+        self.one_name(&files)
     }
 
     /// Copies every commit into `kanban.db` right after it is synced (a passive checkpoint: it
@@ -581,6 +634,18 @@ impl Store {
         out
     }
 
+    /// Refuses a board that has more than one name (see `BoardFiles::links`), before anything
+    /// is read or written through it.
+    fn one_name(&self, files: &BoardFiles) -> Result<(), StoreError> {
+        match files.links() {
+            Some(links) => Err(StoreError::HardLinked {
+                path: self.path.clone(),
+                links,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The `-wal`/`-shm` changes this store reopened the board for since the last call.
     pub fn take_file_changes(&mut self) -> Vec<FileChange> {
         std::mem::take(&mut self.noticed)
@@ -598,6 +663,7 @@ impl Store {
     fn close_connection(&mut self) -> Result<(), StoreError> {
         let placeholder =
             Connection::open_in_memory().sql("replacing a connection to a swapped board file")?;
+        self.frame_set.set(None);
         drop(std::mem::replace(&mut self.conn, placeholder));
         Ok(())
     }
@@ -608,6 +674,7 @@ impl Store {
         // index again. Should the new one fail to open, the placeholder stays and the next
         // call tries again (the recorded files still differ from the paths).
         self.close_connection()?;
+        self.frame_set.set(None);
         self.conn = connect(&self.path, false)?;
         self.probe()?;
         self.configure()?;
@@ -779,6 +846,7 @@ impl Store {
         if !self.refreshed {
             self.refresh()?;
         }
+        self.sync_frame()?;
         let path = &self.path;
         let tx = self
             .conn
@@ -799,11 +867,38 @@ impl Store {
             return Err(self.changed(change));
         }
         if !self.refreshed {
-            if let Some(&change) = self.files.changes(&BoardFiles::at(&self.path)).first() {
+            let now = BoardFiles::at(&self.path);
+            if let Some(&change) = self.files.changes(&now).first() {
                 return Err(self.changed(change));
             }
+            self.one_name(&now)?;
         }
+        self.sync_frame()?;
         f(&self.conn).map_err(|e| locate(&self.path, e))
+    }
+
+    /// Sets the reader's time frame on the connection when it moved since it was last set (a
+    /// step of the wall clock, see `crate::clock`): every statement after reads and writes the
+    /// board's times in it.
+    fn sync_frame(&self) -> Result<(), StoreError> {
+        let frame = self.frame_override.unwrap_or_else(crate::clock::frame);
+        if self.frame_set.get() != Some(frame) {
+            // Created on the connection's first use, not at its open: a file that is not a
+            // database must be refused by the probe first, untouched.
+            if self.frame_set.get().is_none() {
+                frame::install(&self.conn)?;
+            }
+            frame::set(&self.conn, frame)?;
+            self.frame_set.set(Some(frame));
+        }
+        Ok(())
+    }
+
+    /// Reads and writes the board's times in `frame` from now on, instead of this process's:
+    /// for tests of a reader on another boot.
+    #[cfg(test)]
+    pub(crate) fn use_frame(&mut self, frame: crate::clock::Frame) {
+        self.frame_override = Some(frame);
     }
 
     /// Creates a card and its `created` event (plus its links and decompose row) atomically.
@@ -896,6 +991,13 @@ fn connect(path: &Path, create: bool) -> Result<Connection, StoreError> {
     // store checkpoints on close when its files are still its own (`Drop for Store`).
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
         .sql("keeping the WAL on close")?;
+    // The connection's time frame (`store::frame`) and SQLite's own sorts live in memory: a
+    // temporary file would cost every statement that reads the frame a write and a read.
+    conn.execute_batch("PRAGMA temp_store = MEMORY")
+        .sql("keeping temporary tables in memory")?;
+    // Room for every statement a tick runs (the default 16 made them evict each other, and a
+    // tick parse its SQL again every time).
+    conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
 

@@ -13,7 +13,7 @@ use super::guards::{board_pause, unreachable_pause, PAUSE_KEY, UNREACHABLE_KEY};
 use crate::core::card::scheduled;
 use crate::core::{CardBudget, CardRules, Origin};
 
-use super::{lenient, BeginRefusal, SqlResultExt, Status, Store, StoreError};
+use super::{frame, lenient, BeginRefusal, SqlResultExt, Status, Store, StoreError};
 
 /// The board-state key recording the last `kanban resume`.
 const RESUME_KEY: &str = "provider_pause_cleared";
@@ -151,10 +151,17 @@ impl Store {
             .sql("lifting the provider pause")?;
             let record = json!({"by": by, "until_ms": pause.until_ms, "reason": pause.reason});
             tx.execute(
-                "INSERT INTO hermes_board_state (key, value, until_ms, updated_at_ms)
-                 VALUES (?1, ?2, NULL, ?3)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value, until_ms = NULL,
-                     updated_at_ms = excluded.updated_at_ms",
+                &format!(
+                    "INSERT INTO hermes_board_state
+                         (key, value, until_ms, updated_at_ms, boot, until_boot_ms,
+                          updated_boot_ms)
+                     VALUES (?1, ?2, NULL, ?3, {}, NULL, {})
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value, until_ms = NULL,
+                         updated_at_ms = excluded.updated_at_ms, boot = excluded.boot,
+                         until_boot_ms = NULL, updated_boot_ms = excluded.updated_boot_ms",
+                    frame::boot_id(),
+                    frame::boot_ms_of("?3")
+                ),
                 params![RESUME_KEY, record.to_string(), now_ms],
             )
             .sql("recording the resume")?;
@@ -167,7 +174,10 @@ impl Store {
         self.read(|conn| {
             let row: Option<(Option<String>, i64)> = conn
                 .query_row(
-                    "SELECT value, updated_at_ms FROM hermes_board_state WHERE key = ?1",
+                    &format!(
+                        "SELECT value, {} FROM hermes_board_state WHERE key = ?1",
+                        frame::seen("updated_at_ms", "boot", "updated_boot_ms")
+                    ),
                     [RESUME_KEY],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )
@@ -233,7 +243,7 @@ fn unpark(
         }));
     }
     if let Some(claim) = claim_of(tx, task_id)? {
-        let state = claim.state(now_ms);
+        let state = claim.state(now_ms, super::claims::board_of(tx));
         if state == ClaimState::Held {
             return Ok(Err(UnparkRefusal::InFlight {
                 task_id: task_id.to_owned(),
@@ -321,14 +331,17 @@ fn set_auto_decompose(
 }
 
 fn calls(conn: &Connection, filter: &CallFilter) -> Result<Vec<LedgerCall>, StoreError> {
+    // Each call's start and end in the reader's frame (see `store::frame`).
+    let started = super::ledger::started_seen("l");
+    let ended = frame::seen("l.ended_at_ms", "l.boot", "l.ended_boot_ms");
     let mut stmt = conn
-        .prepare(
-            "SELECT id, task_id, origin, attempt, try, started_at_ms, ended_at_ms, outcome,
+        .prepare(&format!(
+            "SELECT id, task_id, origin, attempt, try, {started}, {ended}, outcome,
                     http_status, prompt_tokens, completion_tokens, detail, model
-             FROM hermes_aux_ledger
-             WHERE (?1 IS NULL OR task_id = ?1) AND started_at_ms >= ?2
-             ORDER BY started_at_ms, id",
-        )
+             FROM hermes_aux_ledger l
+             WHERE (?1 IS NULL OR task_id = ?1) AND {started} >= ?2
+             ORDER BY {started}, id"
+        ))
         .sql("reading the ledger")?;
     let rows = stmt
         .query_map(

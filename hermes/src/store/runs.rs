@@ -25,7 +25,7 @@ use super::board::{add_event_in_run, promote_ready, unreadable};
 use super::claims::new_lease;
 use super::decompose::{pause_unreachable, PauseRecord, UnreachableRecord};
 use super::guards::{auto_gate, set_pause, AutoGate};
-use super::{lenient, SqlResultExt, Store, StoreError};
+use super::{frame, lenient, SqlResultExt, Store, StoreError};
 use crate::core::spawn::{Ended, RunEnd, SpawnBegin, SpawnStep};
 use crate::core::{
     BeginRefusal, BlockKind, CardMove, Half, LedgerOutcome, RunOutcome, SpawnRefusal, SpawnRules,
@@ -220,19 +220,21 @@ impl Store {
             return Ok(Vec::new());
         }
         self.read(|conn| {
+            // A backoff's end in the reader's frame (see `store::frame`), as `spawn_cells` reads it.
+            let due = spawn_due_seen("s");
             let mut stmt = conn
-                .prepare_cached(
+                .prepare_cached(&format!(
                     "SELECT t.id FROM tasks t
                      LEFT JOIN hermes_spawn_state s ON s.task_id = t.id
                      WHERE t.status = 'ready' AND TRIM(COALESCE(t.assignee, '')) != ''
                        AND s.parked_at_ms IS NULL
-                       AND (s.due_at_ms IS NULL OR s.due_at_ms <= ?1)
+                       AND (s.due_at_ms IS NULL OR {due} <= ?1)
                        AND NOT EXISTS (SELECT 1 FROM task_runs r
                                        WHERE r.task_id = t.id AND r.ended_at IS NULL)
                        AND NOT EXISTS (SELECT 1 FROM hermes_spawn_ledger l
                                        WHERE l.task_id = t.id AND l.exited_at_ms IS NULL)
-                     ORDER BY COALESCE(s.failures, 0) > 0, t.priority DESC, t.created_at, t.rowid",
-                )
+                     ORDER BY COALESCE(s.failures, 0) > 0, t.priority DESC, t.created_at, t.rowid"
+                ))
                 .sql("selecting cards to spawn")?;
             let mut rows = stmt.query([now_ms]).sql("selecting cards to spawn")?;
             let mut cards = Vec::new();
@@ -350,12 +352,13 @@ impl Store {
     pub fn live_spawns(&self) -> Result<Vec<LiveSpawn>, StoreError> {
         self.read(|conn| {
             let mut stmt = conn
-                .prepare_cached(
-                    "SELECT l.run_id, l.task_id, l.pid, l.owner, l.lock_path, l.started_at_ms,
+                .prepare_cached(&format!(
+                    "SELECT l.run_id, l.task_id, l.pid, l.owner, l.lock_path, {},
                             r.id IS NOT NULL AND r.ended_at IS NULL, r.max_runtime_seconds
                      FROM hermes_spawn_ledger l LEFT JOIN task_runs r ON r.id = l.run_id
                      WHERE l.exited_at_ms IS NULL ORDER BY l.run_id",
-                )
+                    spawn_started_seen("l")
+                ))
                 .sql("reading live workers")?;
             let rows = stmt
                 .query_map([], |r| {
@@ -484,9 +487,14 @@ fn claim_run(
     let runtime = runtime_of(card.max_runtime_seconds, policy.runtime);
     let run_id = insert_run(tx, task_id, &profile, &lease, runtime, policy.now_ms)?;
     tx.execute(
-        "INSERT INTO hermes_spawn_ledger
-             (run_id, task_id, spawn, origin, profile, owner, lock_path, started_at_ms, outcome)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running')",
+        &format!(
+            "INSERT INTO hermes_spawn_ledger
+                 (run_id, task_id, spawn, origin, profile, owner, lock_path, started_at_ms,
+                  outcome, boot, started_boot_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', {}, {})",
+            frame::boot_id(),
+            frame::boot_ms_of("?8")
+        ),
         params![
             run_id,
             task_id,
@@ -883,9 +891,12 @@ fn close_requests_in_flight(
     now_ms: i64,
 ) -> Result<(), StoreError> {
     tx.execute(
-        "UPDATE hermes_aux_ledger SET outcome = ?2, ended_at_ms = ?3,
-             detail = 'the run ended with this request in flight; it may have been billed'
-         WHERE run_id = ?1 AND outcome = ?4",
+        &format!(
+            "UPDATE hermes_aux_ledger SET outcome = ?2, ended_at_ms = ?3, ended_boot_ms = {},
+                 detail = 'the run ended with this request in flight; it may have been billed'
+             WHERE run_id = ?1 AND outcome = ?4",
+            super::ledger::ended_boot_ms("?3")
+        ),
         params![
             run_id,
             LedgerOutcome::Unknown.as_str(),
@@ -929,22 +940,52 @@ pub(crate) fn read_spawn_state(
     conn: &Connection,
     task_id: &str,
 ) -> Result<Option<SpawnState>, StoreError> {
-    conn.query_row(
-        "SELECT spawns, failures, due_at_ms, parked_at_ms, last_error
-         FROM hermes_spawn_state WHERE task_id = ?1",
-        [task_id],
-        |r| {
-            Ok(SpawnState {
-                spawns: lenient::count_u32(r, 0)?.unwrap_or(0),
-                failures: lenient::count_u32(r, 1)?.unwrap_or(0),
-                due_at_ms: lenient::int(r, 2)?,
-                parked_at_ms: lenient::int(r, 3)?,
-                last_error: lenient::text(r, 4)?,
-            })
-        },
-    )
-    .optional()
+    conn.prepare_cached(&format!(
+        "SELECT {} FROM hermes_spawn_state s WHERE task_id = ?1",
+        spawn_state_columns("s")
+    ))
+    .and_then(|mut stmt| stmt.query_row([task_id], spawn_cells).optional())
     .sql("reading the card's spawn state")
+}
+
+/// The spawn state's cells of the row aliased `alias`, named as [`spawn_cells`] reads them: the
+/// backoff's end in the reader's frame (see `store::frame`).
+pub(super) fn spawn_state_columns(alias: &str) -> String {
+    format!(
+        "{alias}.spawns AS s_spawns, {alias}.failures AS s_failures, {} AS s_due_at_ms, \
+         {alias}.parked_at_ms AS s_parked_at_ms, {alias}.last_error AS s_last_error",
+        spawn_due_seen(alias)
+    )
+}
+
+/// A spawn state from a row that names its cells `s_spawns`, `s_due_at_ms`, … (a card's own
+/// row, or one joined to its card), read leniently.
+pub(super) fn spawn_cells(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpawnState> {
+    Ok(SpawnState {
+        spawns: lenient::count_u32(r, "s_spawns")?.unwrap_or(0),
+        failures: lenient::count_u32(r, "s_failures")?.unwrap_or(0),
+        due_at_ms: lenient::int(r, "s_due_at_ms")?,
+        parked_at_ms: lenient::int(r, "s_parked_at_ms")?,
+        last_error: lenient::text(r, "s_last_error")?,
+    })
+}
+
+/// A card's spawn backoff end, in the reader's frame, for the row aliased `alias`.
+fn spawn_due_seen(alias: &str) -> String {
+    frame::seen(
+        &format!("{alias}.due_at_ms"),
+        &format!("{alias}.due_boot"),
+        &format!("{alias}.due_boot_ms"),
+    )
+}
+
+/// A worker's start, in the reader's frame, for the spawn-ledger row aliased `alias`.
+pub(super) fn spawn_started_seen(alias: &str) -> String {
+    frame::seen(
+        &format!("{alias}.started_at_ms"),
+        &format!("{alias}.boot"),
+        &format!("{alias}.started_boot_ms"),
+    )
 }
 
 /// Writes what a spawn transition decided: the state, then its events (tied to `run_id` when
@@ -958,13 +999,20 @@ pub(crate) fn write_spawn_step(
 ) -> Result<(), StoreError> {
     if let Some(after) = &step.after {
         if before != Some(after) {
+            // The backoff's end on this boot's clock too, always with it (see `store::frame`).
             tx.execute(
-                "INSERT INTO hermes_spawn_state
-                     (task_id, spawns, failures, due_at_ms, parked_at_ms, last_error)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT(task_id) DO UPDATE SET spawns = excluded.spawns,
-                     failures = excluded.failures, due_at_ms = excluded.due_at_ms,
-                     parked_at_ms = excluded.parked_at_ms, last_error = excluded.last_error",
+                &format!(
+                    "INSERT INTO hermes_spawn_state
+                         (task_id, spawns, failures, due_at_ms, parked_at_ms, last_error,
+                          due_boot, due_boot_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, {}, {})
+                     ON CONFLICT(task_id) DO UPDATE SET spawns = excluded.spawns,
+                         failures = excluded.failures, due_at_ms = excluded.due_at_ms,
+                         parked_at_ms = excluded.parked_at_ms, last_error = excluded.last_error,
+                         due_boot = excluded.due_boot, due_boot_ms = excluded.due_boot_ms",
+                    frame::boot_of("?4"),
+                    frame::boot_ms_of("?4")
+                ),
                 params![
                     task_id,
                     after.spawns,

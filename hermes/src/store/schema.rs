@@ -2,7 +2,8 @@
 //! implementation reads the other's board) plus our own `hermes_*` tables.
 //!
 //! Migrations are strictly additive. Opening a board only ever adds what is missing (a table,
-//! a column via `ALTER TABLE … ADD COLUMN`, an index); it never drops, renames or rewrites, and
+//! a column via `ALTER TABLE … ADD COLUMN`, an index, a trigger); it never drops, renames or
+//! rewrites, and
 //! it leaves `PRAGMA user_version` alone (upstream keeps it at 0).
 
 use rusqlite::{Connection, OptionalExtension};
@@ -175,6 +176,9 @@ pub(crate) const TABLES: &[Table] = &[
             "due_at_ms" "INTEGER",
             "parked_at_ms" "INTEGER",
             "opt_out" "INTEGER NOT NULL DEFAULT 0",
+            // `due_at_ms` on the writer's boot clock, and the boot's id (see `store::frame`).
+            "due_boot" "TEXT",
+            "due_boot_ms" "INTEGER",
         ],
         constraints: &[],
     },
@@ -201,6 +205,11 @@ pub(crate) const TABLES: &[Table] = &[
             // The worker run a `worker` row's request belongs to (`task_runs.id`); NULL on a
             // decompose call. `attempt` is then the run's turn, `try` the try within it.
             "run_id" "INTEGER",
+            // The writer's boot, and the request's start and end on its clock (the end only when
+            // the row was closed on the same boot): what the hourly ceiling counts by.
+            "boot" "TEXT",
+            "started_boot_ms" "INTEGER",
+            "ended_boot_ms" "INTEGER",
         ],
         constraints: &[],
     },
@@ -216,6 +225,9 @@ pub(crate) const TABLES: &[Table] = &[
             "due_at_ms" "INTEGER",
             "parked_at_ms" "INTEGER",
             "last_error" "TEXT",
+            // `due_at_ms` on the writer's boot clock, and the boot's id (see `store::frame`).
+            "due_boot" "TEXT",
+            "due_boot_ms" "INTEGER",
         ],
         constraints: &[],
     },
@@ -243,6 +255,10 @@ pub(crate) const TABLES: &[Table] = &[
             "prompt_tokens" "INTEGER",
             "completion_tokens" "INTEGER",
             "detail" "TEXT",
+            // The spawner's boot, and the worker's start on its clock: what its runtime limit
+            // is measured from (see `store::frame`).
+            "boot" "TEXT",
+            "started_boot_ms" "INTEGER",
         ],
         constraints: &[],
     },
@@ -263,6 +279,9 @@ pub(crate) const TABLES: &[Table] = &[
             "claimed_at_ms" "INTEGER NOT NULL",
             "until_ms" "INTEGER NOT NULL",
             "lease" "TEXT",
+            "boot" "TEXT",
+            "claimed_boot_ms" "INTEGER",
+            "until_boot_ms" "INTEGER",
         ],
         constraints: &[],
     },
@@ -274,6 +293,9 @@ pub(crate) const TABLES: &[Table] = &[
             "value" "TEXT",
             "until_ms" "INTEGER",
             "updated_at_ms" "INTEGER NOT NULL",
+            "boot" "TEXT",
+            "until_boot_ms" "INTEGER",
+            "updated_boot_ms" "INTEGER",
         ],
         constraints: &[],
     },
@@ -337,6 +359,80 @@ pub(crate) const INDEXES: &[Index] = &[
         "hermes_spawn_ledger",
         "task_id, started_at_ms"
     ),
+    // The due cards of one boot, by its clock (a reader on that boot) and by the wall clock (a
+    // reader on another); and the calls of one boot by its clock (the hourly ceiling).
+    index!("hermes_idx_decompose_due_boot", "hermes_decompose_state", "due_boot, due_boot_ms", where "due_at_ms IS NOT NULL"),
+    index!("hermes_idx_decompose_due_wall", "hermes_decompose_state", "due_boot, due_at_ms", where "due_at_ms IS NOT NULL"),
+    index!(
+        "hermes_idx_ledger_boot_started",
+        "hermes_aux_ledger",
+        "boot, started_boot_ms"
+    ),
+];
+
+/// One trigger: what it watches and what it does, after `CREATE TRIGGER IF NOT EXISTS name`.
+pub(crate) struct Trigger {
+    pub name: &'static str,
+    pub body: &'static str,
+}
+
+/// A wall time changed without its boot clock (by an older build, or a person's `UPDATE`) would
+/// leave the boot clock describing another moment, which a reader on that boot trusts first:
+/// such a change drops the row's boot clock, and the time is read by its wall time (see
+/// `store::frame`). This build always writes both together.
+pub(crate) const TRIGGERS: &[Trigger] = &[
+    Trigger {
+        name: "hermes_trg_due_wall_only",
+        body: "AFTER UPDATE OF due_at_ms ON hermes_decompose_state
+               WHEN NEW.due_boot_ms IS OLD.due_boot_ms AND NEW.due_at_ms IS NOT OLD.due_at_ms
+               BEGIN UPDATE hermes_decompose_state SET due_boot = NULL, due_boot_ms = NULL
+                     WHERE task_id = NEW.task_id; END",
+    },
+    Trigger {
+        name: "hermes_trg_ledger_wall_only",
+        body: "AFTER UPDATE OF started_at_ms ON hermes_aux_ledger
+               WHEN NEW.started_boot_ms IS OLD.started_boot_ms
+                    AND NEW.started_at_ms IS NOT OLD.started_at_ms
+               BEGIN UPDATE hermes_aux_ledger
+                     SET boot = NULL, started_boot_ms = NULL, ended_boot_ms = NULL
+                     WHERE id = NEW.id; END",
+    },
+    Trigger {
+        name: "hermes_trg_claim_wall_only",
+        body: "AFTER UPDATE OF claimed_at_ms, until_ms ON hermes_decompose_claims
+               WHEN NEW.until_boot_ms IS OLD.until_boot_ms
+                    AND (NEW.until_ms IS NOT OLD.until_ms
+                         OR NEW.claimed_at_ms IS NOT OLD.claimed_at_ms)
+               BEGIN UPDATE hermes_decompose_claims
+                     SET boot = NULL, claimed_boot_ms = NULL, until_boot_ms = NULL
+                     WHERE task_id = NEW.task_id; END",
+    },
+    Trigger {
+        name: "hermes_trg_board_state_wall_only",
+        body: "AFTER UPDATE OF until_ms, updated_at_ms ON hermes_board_state
+               WHEN NEW.until_boot_ms IS OLD.until_boot_ms
+                    AND NEW.updated_boot_ms IS OLD.updated_boot_ms
+                    AND (NEW.until_ms IS NOT OLD.until_ms
+                         OR NEW.updated_at_ms IS NOT OLD.updated_at_ms)
+               BEGIN UPDATE hermes_board_state
+                     SET boot = NULL, until_boot_ms = NULL, updated_boot_ms = NULL
+                     WHERE key = NEW.key; END",
+    },
+    Trigger {
+        name: "hermes_trg_spawn_due_wall_only",
+        body: "AFTER UPDATE OF due_at_ms ON hermes_spawn_state
+               WHEN NEW.due_boot_ms IS OLD.due_boot_ms AND NEW.due_at_ms IS NOT OLD.due_at_ms
+               BEGIN UPDATE hermes_spawn_state SET due_boot = NULL, due_boot_ms = NULL
+                     WHERE task_id = NEW.task_id; END",
+    },
+    Trigger {
+        name: "hermes_trg_spawn_started_wall_only",
+        body: "AFTER UPDATE OF started_at_ms ON hermes_spawn_ledger
+               WHEN NEW.started_boot_ms IS OLD.started_boot_ms
+                    AND NEW.started_at_ms IS NOT OLD.started_at_ms
+               BEGIN UPDATE hermes_spawn_ledger SET boot = NULL, started_boot_ms = NULL
+                     WHERE run_id = NEW.run_id; END",
+    },
 ];
 
 /// `outcome = 'in_flight'`, with the value spelt by [`LedgerOutcome`]: an index's condition
@@ -503,11 +599,17 @@ const fn definition_fingerprint() -> u64 {
         }
         i += 1;
     }
+    let mut g = 0;
+    while g < TRIGGERS.len() {
+        hash = fnv1a(hash, TRIGGERS[g].name);
+        hash = fnv1a(hash, TRIGGERS[g].body);
+        g += 1;
+    }
     hash
 }
 
 /// The statements that bring `conn`'s schema up to date, in a safe order: missing tables,
-/// then missing columns of existing tables, then missing indexes. Empty when nothing is
+/// then missing columns of existing tables, then missing indexes, then missing triggers. Empty when nothing is
 /// missing, so a current board is opened without taking a write lock.
 pub(crate) fn pending_statements(conn: &Connection) -> Result<Vec<String>, StoreError> {
     let mut statements = Vec::new();
@@ -546,6 +648,22 @@ pub(crate) fn pending_statements(conn: &Connection) -> Result<Vec<String>, Store
             .sql("reading the schema")?;
         if exists.is_none() {
             statements.push(index.create_sql());
+        }
+    }
+    for trigger in TRIGGERS {
+        let exists: Option<i64> = conn
+            .query_row(
+                "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?1",
+                [trigger.name],
+                |r| r.get(0),
+            )
+            .optional()
+            .sql("reading the schema")?;
+        if exists.is_none() {
+            statements.push(format!(
+                "CREATE TRIGGER IF NOT EXISTS {} {}",
+                trigger.name, trigger.body
+            ));
         }
     }
     Ok(statements)

@@ -892,3 +892,49 @@ fn a_row_with_an_unknown_status_is_reported_not_panicked_on() {
     let err = store.get(&t.id).unwrap_err();
     assert!(err.to_string().contains("limbo"), "{err}");
 }
+
+#[test]
+fn a_board_with_a_second_hard_link_is_refused_before_anything_is_read_or_written() {
+    let (dir, mut store) = scratch();
+    let first = store.create_task(&card("before the link")).unwrap().id;
+    let second_name = dir.path().join("backup-kanban.db");
+    std::fs::hard_link(store.path(), &second_name).unwrap();
+    let refused = |result: Result<(), StoreError>| {
+        matches!(result, Err(StoreError::HardLinked { links: 2, .. }))
+    };
+    assert!(refused(
+        store.create_task(&card("through two names")).map(drop)
+    ));
+    assert!(refused(store.list(&ListFilter::default()).map(drop)));
+    assert!(refused(store.refreshed(|s| s.get(&first).map(drop))));
+    // Every other process is refused at its open, through either name.
+    assert!(refused(Store::open(&second_name).map(drop)));
+    assert!(refused(Store::open(store.path()).map(drop)));
+    let message = Store::open(&second_name).err().unwrap().to_string();
+    assert!(message.contains("2 hard links") && message.contains("nothing was read or written"));
+    // One name again: the board is whole, with nothing written while it had two.
+    std::fs::remove_file(&second_name).unwrap();
+    let titles: Vec<String> = store
+        .list(&ListFilter::default())
+        .unwrap()
+        .into_iter()
+        .map(|t| t.title)
+        .collect();
+    assert_eq!(titles, ["before the link"]);
+}
+
+/// What the check before each transaction costs: one `stat` of each of the board's three files,
+/// the link count read from the same `stat` as the identity.
+#[test]
+fn the_check_before_a_transaction_costs_microseconds() {
+    let (_dir, store) = scratch();
+    let runs = 2_000u32;
+    let started = Instant::now();
+    for _ in 0..runs {
+        let files = BoardFiles::at(store.path());
+        assert_eq!(files.links(), None);
+    }
+    let each = started.elapsed() / runs;
+    // A few microseconds here; the bound only catches a check that grew a file read or a sync.
+    assert!(each < Duration::from_millis(1), "{each:?} per check");
+}

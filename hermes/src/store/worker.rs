@@ -9,9 +9,10 @@ use serde_json::json;
 
 use super::board::{add_event, add_event_in_run};
 use super::guards::{auto_gate, AutoGate};
+use super::ledger::{open_row, RowStart};
 use super::runs::{read_spawn_state, write_spawn_step};
 use super::{lenient, SqlResultExt, Store, StoreError};
-use crate::core::{BeginRefusal, CardMove, Half, LedgerOutcome, SpawnRules};
+use crate::core::{BeginRefusal, CardMove, Half, SpawnRules};
 
 /// A worker's view of its run, read at its start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,23 +156,20 @@ impl Store {
                     })))
                 }
             }
-            tx.execute(
-                "INSERT INTO hermes_aux_ledger
-                     (task_id, purpose, origin, attempt, try, started_at_ms, outcome, model, run_id)
-                 VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    open.task_id,
-                    Half::Worker.as_str(),
-                    open.turn,
-                    open.try_no,
-                    open.started_at_ms,
-                    LedgerOutcome::InFlight.as_str(),
-                    open.model,
-                    open.run_id
-                ],
+            open_row(
+                tx,
+                &RowStart {
+                    task_id: &open.task_id,
+                    purpose: Half::Worker,
+                    origin: Half::Worker.as_str(),
+                    attempt: open.turn,
+                    try_no: open.try_no,
+                    started_at_ms: open.started_at_ms,
+                    model: Some(&open.model),
+                    run_id: Some(open.run_id),
+                },
             )
-            .sql("opening a worker's ledger row")?;
-            Ok(Ok(tx.last_insert_rowid()))
+            .map(Ok)
         })
     }
 

@@ -499,7 +499,7 @@ fn an_unknown_host_is_unreachable() {
 }
 
 #[test]
-fn a_connection_error_names_the_url_without_its_credentials_or_query() {
+fn a_connection_error_names_the_url_without_its_credentials_or_query_values() {
     let port = match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
         Ok(addr) => addr.port(),
         Err(err) => panic!("cannot reserve a port: {err}"),
@@ -514,7 +514,7 @@ fn a_connection_error_names_the_url_without_its_credentials_or_query() {
         let said = err.as_ref().map(ToString::to_string).unwrap_or_default();
         assert!(
             said.starts_with(&format!(
-                "provider unreachable: http://127.0.0.1:{port}/v1?<redacted>: "
+                "provider unreachable: http://127.0.0.1:{port}/v1/chat/completions?key=<redacted>: "
             )),
             "key {api_key:?}: {said}"
         );

@@ -150,3 +150,56 @@ fn a_holder_woken_after_its_claim_was_taken_over_applies_nothing(
         .context(transcript)
         .gap(GapKind::UnclearRefusal);
 }
+
+/// A live holder a reader cannot see in `/proc` (a `hidepid` mount, systemd's
+/// `ProtectProc=invisible`, a sweep run as another user): its claim names a pid no reader finds,
+/// yet the holder holds its lock, so it is alive. A sweep leaves the card alone, an explicit
+/// `decompose ID` refuses it, and the holder's own answer is the one applied (B1).
+#[rstest]
+fn a_holder_hidden_from_proc_still_holds_its_card(
+    #[with(Config::gateway().backoff(0.0))] board: Board,
+) {
+    let aux = board.aux();
+    let (card, gate) =
+        crate::support::card_held_in_flight(&board, "in flight while /proc hides its holder");
+    let mut run = board.scenario();
+    run.start().first_bill(&card);
+    let hidden = board.rows().arrange_claim_holder_hidden(&card);
+    let sweep = board.cli_unchecked(["kanban", "decompose", "--all", "--json"]);
+    let manual = board.cli_unchecked(["kanban", "decompose", &card, "--json"]);
+    let while_held = aux.billed_for(&card);
+    let abandoned = board.rows().failure_reasons(&card);
+    gate.release();
+    run.until_left_triage(&card, "the holder's own answer applied");
+    let seen = run.stop();
+    let arranged = if hidden == 1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the card in flight had {hidden} claim(s) to arrange"
+        ))
+    };
+
+    bound(
+        "requests of a sweep and an explicit decompose for a card whose holder /proc hides",
+        while_held.saturating_sub(1),
+    )
+    .at_most(0)
+    .context(|| format!("{sweep}\n{manual}\n{}", board.diag(&card)))
+    .provided(&arranged)
+    .gap(GapKind::InFlightRebilled);
+    holds(
+        "the hidden holder's attempt is not closed as abandoned, and `decompose ID` refuses",
+        abandoned.is_empty() && manual.code == Some(1) && manual.stderr.contains("claimed"),
+    )
+    .note(|| format!("failures recorded: {abandoned:?}"))
+    .context(|| manual.to_string())
+    .provided(&arranged)
+    .gap(GapKind::InFlightRebilled);
+    bound("bills for the card in flight", aux.billed_for(&card))
+        .exactly(1)
+        .over(&seen)
+        .context(|| board.diag(&card))
+        .provided(&arranged)
+        .gap(GapKind::InFlightRebilled);
+}

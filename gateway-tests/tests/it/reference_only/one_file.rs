@@ -88,3 +88,94 @@ fn wal_files_swapped_under_the_gateway_keep_every_paid_call_and_are_warned_about
         .gap(GapKind::CallNotVisible);
     }
 }
+
+/// A board moved to another home while its gateway runs (`mv`, a restore elsewhere): the first
+/// gateway creates no empty board at the old path and dispatches nothing there, and it lets go
+/// of the moved file, so a gateway in the new home dispatches the board.
+#[rstest]
+fn a_board_moved_to_another_home_is_dispatched_there_and_not_recreated_here(
+    #[with(Config::gateway())] board: Board,
+) {
+    use std::time::Duration;
+
+    use fixtures::gateway::{Gateway, GatewaySpec};
+    use fixtures::target::Readiness;
+
+    let target = board.target();
+    let mut run = board.scenario();
+    run.start().prove_ticks(1);
+    let home = fixtures::home::Home::new();
+    match std::fs::read_to_string(board.config_path()) {
+        Ok(config) => home.write_config(&config),
+        Err(error) => panic!("cannot read {}: {error}", board.config_path().display()),
+    }
+    let old = board.rows().path().to_owned();
+    for suffix in ["", "-wal", "-shm"] {
+        let from = std::path::PathBuf::from(format!("{}{suffix}", old.display()));
+        let to = std::path::PathBuf::from(format!("{}{suffix}", home.db_path().display()));
+        if from.exists() {
+            if let Err(error) = std::fs::rename(&from, &to) {
+                panic!(
+                    "cannot move {} to {}: {error}",
+                    from.display(),
+                    to.display()
+                );
+            }
+        }
+    }
+    // Ticks pass on the first gateway with nothing at its board's path.
+    run.watch(crate::support::span_of_ticks(target, crate::PROBE_TICKS));
+    let recreated = old.exists();
+    let second = Gateway::spawn(
+        GatewaySpec::new(
+            target.program(),
+            target.argv(["gateway", "run"]),
+            home.root(),
+            &home.root().join("moved-home-gateway.log"),
+        )
+        .env(fixtures::env::for_target(&home, target))
+        .readiness(Readiness::Immediate, Duration::ZERO),
+    );
+    let created = board.cli_with_env(
+        [
+            "kanban",
+            "create",
+            "an idea on the moved board",
+            "--triage",
+            "--json",
+        ],
+        fixtures::env::for_target(&home, target),
+    );
+    let card = created.json()["id"].as_str().unwrap_or_default().to_owned();
+    let moved = fixtures::rows::Rows::new(home.db_path());
+    let dispatched = try_wait_until(
+        || moved.status(&card) != "triage",
+        target.first_bill_timeout() + target.tick_interval() * 2,
+        "the gateway in the new home to decompose a card of the moved board",
+    );
+    let second_log = second.log();
+    drop(second);
+    let seen = run.stop();
+    let log = seen.log();
+
+    holds(
+        "no board is created at the old path while its gateway runs",
+        !recreated && !old.exists(),
+    )
+    .over(&seen)
+    .context(|| log.clone())
+    .gap(GapKind::RowsUnreadable);
+    holds(
+        "the gateway in the new home dispatches the moved board",
+        dispatched.is_ok(),
+    )
+    .note(|| format!("{created}"))
+    .context(|| format!("first gateway:\n{log}\nsecond gateway:\n{second_log}"))
+    .gap(GapKind::SecondDispatcher);
+    holds(
+        "the first gateway says its board is gone from its path",
+        log.contains("kanban.db is gone from"),
+    )
+    .context(|| log.clone())
+    .gap(GapKind::UnclearRefusal);
+}

@@ -193,3 +193,215 @@ fn no_output_of_a_whole_run_shows_the_key_or_the_urls_password(
     .context(transcript)
     .gap(GapKind::RawControlOutput);
 }
+
+/// A key carried in the base URL's query (some providers take it there).
+const QUERY_KEY: &str = "sk-query-0035-never-shown";
+/// A URL password with a character that must be percent-encoded: `@`.
+const DECODED_PASSWORD: &str = "hunter@0035-pw";
+/// The same password as the URL carries it.
+const ENCODED_PASSWORD: &str = "hunter%400035-pw";
+/// A key pasted into config.yaml as a `.env` line.
+const PASTED_KEY: &str = "sk-proj-Pasted0035Into4Yaml9";
+
+/// The provider echoes the secrets in the forms a provider would: the query's key as sent and
+/// percent-encoded, the password decoded, and the basic-auth header it would have got.
+fn echoing_every_form() -> Reply {
+    // base64("ops:hunter@0035-pw")
+    let basic = "b3BzOmh1bnRlckAwMDM1LXB3";
+    // A 200 whose body is a provider's error: its message is what the ledger keeps.
+    Reply::raw(
+        200,
+        "application/json",
+        json!({"error": {"message": format!(
+            "bad request for key={QUERY_KEY} (as sent: key%3D{}) from ops:{DECODED_PASSWORD} \
+             (Authorization: Basic {basic})",
+            QUERY_KEY.replace('-', "%2D")
+        )}})
+        .to_string(),
+    )
+}
+
+/// Secrets in every form a provider or a person's config gives them leave no trace: a key in
+/// the base URL's query and a percent-encoded password, echoed by the provider in other forms,
+/// are in no output (the gateway's log, every verb, `--json`) and not in `kanban.db`; and the
+/// start line shows the real path with the query's values redacted.
+#[rstest]
+fn a_secret_in_any_form_is_in_no_output_and_not_in_the_board(
+    #[with(Config::gateway().backoff(0.0).retries(0))] board: Board,
+) {
+    let aux = board.aux();
+    let base = aux
+        .base_url()
+        .replacen("://", &format!("://ops:{ENCODED_PASSWORD}@"), 1);
+    let base = format!("{base}?api-version=2024-06-01&key={QUERY_KEY}");
+    board.reconfigure(board.config().yaml(&format!(
+        "auxiliary:\n  kanban_decomposer:\n    provider: custom\n    base_url: '{base}'\n"
+    )));
+    let card = board.create(
+        "an idea the provider answers with every secret",
+        &["--triage"],
+    );
+    let by_hand = board.create("an idea a person sends", &["--triage"]);
+    aux.reply_default(echoing_every_form());
+    let mut run = board.scenario();
+    run.start().first_bill(&card).until(
+        board.target().first_bill_timeout(),
+        "the failure recorded",
+        || !board.rows().events(&card, "decompose_failed").is_empty(),
+    );
+    let mut outputs: Vec<(String, String)> = Vec::new();
+    for args in [
+        vec!["kanban", "decompose", by_hand.as_str()],
+        vec!["kanban", "decompose", by_hand.as_str(), "--json"],
+        vec!["kanban", "show", card.as_str(), "--json"],
+        vec!["kanban", "usage", "--calls"],
+        vec!["kanban", "usage", "--calls", "--json"],
+    ] {
+        let output = board.cli_unchecked(args);
+        outputs.push((
+            output.command.clone(),
+            format!("{}\n{}", output.stdout, output.stderr),
+        ));
+    }
+    let log = run.stop().log();
+    outputs.push(("gateway run (log)".to_owned(), log.clone()));
+    let db = board.rows().path().to_owned();
+    for suffix in ["", "-wal"] {
+        let path = format!("{}{suffix}", db.display());
+        if let Ok(bytes) = std::fs::read(&path) {
+            outputs.push((path, String::from_utf8_lossy(&bytes).into_owned()));
+        }
+    }
+    let forms = [
+        QUERY_KEY.to_owned(),
+        QUERY_KEY.replace('-', "%2D"),
+        DECODED_PASSWORD.to_owned(),
+        ENCODED_PASSWORD.to_owned(),
+        "b3BzOmh1bnRlckAwMDM1LXB3".to_owned(),
+    ];
+    let shown: Vec<String> = outputs
+        .iter()
+        .flat_map(|(what, text)| {
+            forms
+                .iter()
+                .filter(|form| text.contains(form.as_str()))
+                .map(move |form| format!("{form} in {what}"))
+        })
+        .collect();
+    let transcript = || {
+        outputs
+            .iter()
+            .map(|(what, text)| format!("=== {what}\n{text:.2000}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    holds(
+        "the provider was called and echoed the secrets (the scenario ran)",
+        aux.billed_for(&card) >= 1 && aux.billed_for(&by_hand) >= 2,
+    )
+    .context(transcript)
+    .gap(GapKind::CallNotVisible);
+    holds(
+        "no output and no board file shows a secret in any form",
+        shown.is_empty(),
+    )
+    .note(|| shown.join("; "))
+    .context(transcript)
+    .gap(GapKind::SecretShown);
+    holds(
+        "the start line shows the real path, with the query's values redacted, and names the \
+         proxy (none for this machine)",
+        log.contains("/v1/chat/completions?api-version=<redacted>&key=<redacted>")
+            && log.contains("proxy=\"none (direct)\""),
+    )
+    .context(|| log.clone())
+    .gap(GapKind::UnclearRefusal);
+}
+
+/// A key pasted into config.yaml in `.env` syntax makes the config unreadable; every verb that
+/// reads the config says so, and the gateway refuses to start, without printing the key.
+#[rstest]
+fn a_key_pasted_into_config_in_env_syntax_is_in_no_config_error(
+    #[with(Config::gateway())] board: Board,
+) {
+    let config = board.config_path();
+    let text = match std::fs::read_to_string(&config) {
+        Ok(text) => text,
+        Err(error) => panic!("cannot read {}: {error}", config.display()),
+    };
+    let card = board.create("an idea under a broken config", &["--triage"]);
+    // The `.env` line as the whole file, and as the value of a key the gateway reads: each an
+    // error that quotes the value it found.
+    let whole_file = format!("OPENAI_API_KEY={PASTED_KEY}\n");
+    let as_a_value: String = text
+        .lines()
+        .map(|line| match line.split_once("dispatch_interval_seconds:") {
+            Some((indent, _)) => {
+                format!("{indent}dispatch_interval_seconds: OPENAI_API_KEY={PASTED_KEY}\n")
+            }
+            None => format!("{line}\n"),
+        })
+        .collect();
+    let arranged = if as_a_value.contains(PASTED_KEY) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the config has no dispatch_interval_seconds to paste over:\n{text}"
+        ))
+    };
+    let mut outputs: Vec<(String, String)> = Vec::new();
+    for broken in [whole_file, as_a_value] {
+        if let Err(error) = std::fs::write(&config, &broken) {
+            panic!("cannot write {}: {error}", config.display());
+        }
+        for args in [
+            vec!["kanban", "decompose", card.as_str()],
+            vec!["kanban", "decompose", "--all", "--json"],
+            vec!["kanban", "usage"],
+            vec!["kanban", "unpark", card.as_str(), "--json"],
+        ] {
+            let output = board.cli_unchecked(args);
+            outputs.push((output.command.clone(), output.stderr.clone()));
+        }
+        let gateway = Gateway::spawn(
+            board
+                .gateway_spec()
+                .readiness(Readiness::Immediate, Duration::ZERO),
+        );
+        let _ = try_wait_until(
+            || !gateway.running(),
+            board.target().readiness_timeout(),
+            "the gateway to refuse the config",
+        );
+        outputs.push(("gateway run".to_owned(), gateway.log()));
+    }
+    let said = outputs
+        .iter()
+        .filter(|(_, text)| text.contains("config.yaml"))
+        .count();
+    let shown: Vec<&str> = outputs
+        .iter()
+        .filter(|(_, text)| text.contains(PASTED_KEY) || text.contains("Pasted0035"))
+        .map(|(what, _)| what.as_str())
+        .collect();
+    let transcript = || {
+        outputs
+            .iter()
+            .map(|(what, text)| format!("=== {what}\n{text}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    holds(
+        "every verb and the gateway report the broken config.yaml",
+        said == outputs.len(),
+    )
+    .context(transcript)
+    .gap(GapKind::SilentMisconfiguration);
+    holds("no config error shows the pasted key", shown.is_empty())
+        .note(|| format!("shown by: {shown:?}"))
+        .context(transcript)
+        .provided(&arranged)
+        .gap(GapKind::SecretShown);
+}

@@ -85,6 +85,9 @@ pub struct Route {
     pub api_key_from: String,
     /// No credentials at all: requests would go without an `Authorization` header.
     pub unauthorized: bool,
+    /// The proxy every decompose request (and the free one) goes through, as it may be shown;
+    /// `None` when they go direct.
+    pub proxy: Option<String>,
     /// The fields `extra_body` adds to every request (their names; values may be private).
     pub extra_body_fields: Vec<String>,
 }
@@ -282,6 +285,7 @@ fn route(
         model: billing.model,
         api_key_from: billing.key,
         unauthorized: billing.unauthorized,
+        proxy: context.client.shown_proxy().map(str::to_owned),
         extra_body_fields: config
             .auxiliary
             .kanban_decomposer
@@ -332,7 +336,7 @@ fn board(home: &Home, config: &Config, now_ms: i64) -> (BoardReport, Option<Stri
         not_dispatched: upstream_boards(home.root()),
         path: path.clone(),
     };
-    if let Some(why) = board_unusable(&path, config.kanban.dispatch_in_gateway) {
+    if let Some(why) = board_unusable(&path) {
         return (report, Some(why));
     }
     if !report.exists {
@@ -365,7 +369,7 @@ fn fill_census(report: &mut BoardReport, found: Census) {
 }
 
 /// Why `gateway run` could not open (or create) the board at `path` for writing.
-fn board_unusable(path: &Path, dispatching: bool) -> Option<String> {
+fn board_unusable(path: &Path) -> Option<String> {
     let Ok(meta) = std::fs::metadata(path) else {
         return may_create(path)
             .err()
@@ -375,9 +379,10 @@ fn board_unusable(path: &Path, dispatching: bool) -> Option<String> {
         return Some(format!("{} is a directory, not a board", path.display()));
     }
     use std::os::unix::fs::MetadataExt;
-    if dispatching && meta.nlink() > 1 {
+    // Every open refuses a board with a second name, whether the gateway dispatches or not.
+    if meta.nlink() > 1 {
         return Some(
-            crate::dispatch::GatewayError::HardLinked {
+            crate::store::StoreError::HardLinked {
                 path: path.to_owned(),
                 links: meta.nlink(),
             }

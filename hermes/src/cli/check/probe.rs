@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use serde::Serialize;
 
-use crate::aux_client::shown_url;
+use crate::aux_client::{request_url, shown_url};
 use crate::config::DecomposerEndpoint;
 use crate::core::error_chain;
 
@@ -65,34 +65,17 @@ pub async fn list_models(endpoint: &DecomposerEndpoint) -> ProviderAnswer {
     }
 }
 
-/// `{base_url}/models`: `models` appended to the base URL's path, its query kept
-/// (`https://h/v1?api-version=1` asks `https://h/v1/models?api-version=1`). Without a key the
-/// URL keeps its userinfo, sent as Basic auth as a decompose call would send it.
+/// `{base_url}/models`, joined as every URL the reference sends to is
+/// ([`crate::aux_client::endpoint_url`]): `models` appended to the base URL's path, its query
+/// kept (`https://h/v1?api-version=1` asks `https://h/v1/models?api-version=1`). Without a key
+/// the URL keeps its userinfo, sent as Basic auth as a decompose call would send it.
 pub fn models_url(base_url: &str, keyed: bool) -> Result<reqwest::Url, String> {
-    let base = base_url.trim();
-    let mut url = reqwest::Url::parse(base)
-        .map_err(|e| format!("the base URL {base:?} is not a valid URL: {e}"))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
-            "the base URL {base:?} must be http or https, not {}",
-            url.scheme()
-        ));
-    }
-    url.path_segments_mut()
-        .map_err(|()| format!("the base URL {base:?} cannot have a path"))?
-        .pop_if_empty()
-        .push("models");
-    url.set_fragment(None);
-    if keyed {
-        let _ = url.set_username("");
-        let _ = url.set_password(None);
-    }
-    Ok(url)
+    request_url(base_url, &["models"], keyed).map_err(|e| e.to_string())
 }
 
 async fn ask(url: reqwest::Url, endpoint: &DecomposerEndpoint) -> ProbeOutcome {
     let timeout = PROBE_TIMEOUT.min(endpoint.timeout);
-    let client = match client(endpoint.api_key.as_deref(), timeout) {
+    let client = match client(&url, endpoint.api_key.as_deref(), timeout) {
         Ok(client) => client,
         Err(detail) => return ProbeOutcome::Failed { detail },
     };
@@ -126,7 +109,13 @@ async fn ask(url: reqwest::Url, endpoint: &DecomposerEndpoint) -> ProbeOutcome {
     }
 }
 
-fn client(api_key: Option<&str>, timeout: Duration) -> Result<reqwest::Client, String> {
+/// The client of the free request: the proxy a decompose call to `url` would go through
+/// (`crate::proxy`), the key, no redirect followed.
+fn client(
+    url: &reqwest::Url,
+    api_key: Option<&str>,
+    timeout: Duration,
+) -> Result<reqwest::Client, String> {
     let mut headers = HeaderMap::new();
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
     if let Some(key) = api_key.map(str::trim).filter(|k| !k.is_empty()) {
@@ -136,7 +125,8 @@ fn client(api_key: Option<&str>, timeout: Duration) -> Result<reqwest::Client, S
         value.set_sensitive(true);
         headers.insert(header::AUTHORIZATION, value);
     }
-    reqwest::Client::builder()
+    let (builder, _) = crate::proxy::client_builder(url)?;
+    builder
         .user_agent(concat!("hermes/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(timeout)
         .default_headers(headers)

@@ -65,6 +65,9 @@ fn setup(report: &Report) -> Vec<Vec<String>> {
             "",
             format!("model {}, key: {}", route.model, route.api_key_from),
         ));
+        if let Some(proxy) = &route.proxy {
+            rows.push(row("", format!("through the proxy {proxy}")));
+        }
         if !route.extra_body_fields.is_empty() {
             rows.push(row(
                 "",
