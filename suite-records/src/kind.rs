@@ -115,6 +115,31 @@ pub enum GapKind {
     // switch
     /// `kanban.auto_decompose: false` did not stop paid calls (or `true` did not resume them).
     KillSwitchIgnored,
+    // S1–S9: the spawn half (contract §7b)
+    /// A card whose workers keep ending without completing was spawned past its spawn budget
+    /// (or a run's turns past `agent.max_turns`).
+    RespawnedPastBudget,
+    /// Two workers of one card were live at once.
+    StackedWorkers,
+    /// A card was spawned again before its spawn backoff, or a failing card took a fresh one's
+    /// place.
+    SpawnBackoffIgnored,
+    /// A worker's refusal (401/402/403/429, an exit 75 or 78) did not pause every automatic call
+    /// board-wide: spawns, workers' requests and decompose calls went on.
+    WorkerRefusalNotPaused,
+    /// More live workers than `max_spawn` (or any where it is 0), from some path or moment.
+    SpawnCapExceeded,
+    /// A worker (or a descendant) outlived the gateway's stop, or made a request after it.
+    WorkerOutlivedStop,
+    /// After a gateway crash, the next gateway neither adopted nor ended its orphans, or charged
+    /// them for having been found.
+    OrphanNotAdopted,
+    /// A card a worker handed to a person was spawned or decomposed again with no person's
+    /// action.
+    HandOffRespawned,
+    /// A spawn or a worker request is missing from the board's rows (runs, events, ledger,
+    /// `usage`).
+    SpawnNotVisible,
     // the judge's own: invariants over a whole run
     /// A decompose request broke the call's contract: its model, `n`, `stream`, tools, the
     /// `Task id:` line first, its extra body fields or its key differ from what the config says.
@@ -131,8 +156,8 @@ pub enum GapKind {
 }
 
 impl GapKind {
-    /// The promise this kind of failure breaks: `B1`…`B9`, `cli` (contract §4), `gateway` (§6),
-    /// `reply` (§5) or `switch` (the kill switch).
+    /// The promise this kind of failure breaks: `B1`…`B9`, `S1`…`S9` (the spawn bounds, §7b),
+    /// `cli` (contract §4), `gateway` (§6), `reply` (§5) or `switch` (the kill switch).
     pub fn promise(self) -> &'static str {
         use GapKind::*;
         match self {
@@ -166,6 +191,14 @@ impl GapKind {
             ParkUnreported => "B9",
             VerbOverreached => "cli",
             RowsUnreadable => "board",
+            RespawnedPastBudget => "S1",
+            StackedWorkers => "S2",
+            SpawnBackoffIgnored => "S3",
+            WorkerRefusalNotPaused => "S4",
+            SpawnCapExceeded => "S5",
+            WorkerOutlivedStop | OrphanNotAdopted => "S7",
+            HandOffRespawned => "S8",
+            SpawnNotVisible => "S9",
         }
     }
 

@@ -187,6 +187,46 @@ const BOUNDS: &[(&str, &str, &str)] = &[
         "every paid call is visible (ledger, events, one warning per parked card)",
     ),
     (
+        "S1",
+        "spawn budget",
+        "a card whose workers never complete is spawned at most `failure_limit` times",
+    ),
+    (
+        "S2",
+        "one worker per card",
+        "at most one live worker per card at any moment",
+    ),
+    (
+        "S3",
+        "spawn backoff",
+        "a failing card waits a doubling backoff before its next worker, behind fresh cards",
+    ),
+    (
+        "S4",
+        "one key, one pause",
+        "a worker's refusal pauses every spawn, worker request and decompose call",
+    ),
+    (
+        "S5",
+        "spawn cap",
+        "live workers never exceed `max_spawn`, a lowered cap from the next tick",
+    ),
+    (
+        "S7",
+        "reaping",
+        "a gateway's stop ends its workers; after a crash the next gateway adopts them",
+    ),
+    (
+        "S8",
+        "hand-offs",
+        "a card a worker handed to a person is never spawned or decomposed without one",
+    ),
+    (
+        "S9",
+        "spawns visible",
+        "every worker session is a run on the board (and, on the reference, in the ledger)",
+    ),
+    (
         "cli",
         "CLI contract",
         "the CLI's exit codes and JSON lines (contract §4)",
@@ -227,7 +267,7 @@ pub const BOUND_LABELS: [&str; BOUNDS.len()] = {
 /// `B1` → `B1 budget`; `cli` → `CLI contract`; anything unknown stays as it is.
 pub fn bound_words(bound: &str) -> String {
     match BOUNDS.iter().find(|(label, _, _)| *label == bound) {
-        Some((label, words, _)) if label.starts_with('B') => format!("{label} {words}"),
+        Some((label, words, _)) if label.starts_with(['B', 'S']) => format!("{label} {words}"),
         Some((_, words, _)) => (*words).to_owned(),
         None => bound.to_owned(),
     }
@@ -446,7 +486,7 @@ impl Report {
             .collect();
         for (label, words, long) in BOUNDS {
             if used.contains(label) {
-                if label.starts_with('B') {
+                if label.starts_with(['B', 'S']) {
                     let _ = writeln!(out, "- {label} ({words}): {long}");
                 } else {
                     let _ = writeln!(out, "- {words}: {long}");
@@ -859,6 +899,7 @@ mod tests {
     #[test]
     fn bounds_read_as_words() {
         assert_eq!(bound_words("B5"), "B5 provider pause");
+        assert_eq!(bound_words("S4"), "S4 one key, one pause");
         assert_eq!(bound_words("switch"), "kill switch");
         assert_eq!(bound_words("B42"), "B42");
         assert_eq!(format_seconds(119.94), "119.9 s");

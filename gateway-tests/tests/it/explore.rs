@@ -1,10 +1,12 @@
 //! The explorer's executor (`explorer::execute`) through the real processes: one schedule with
-//! every kind of step and every provider behaviour keeps every check, on any target (upstream:
-//! only its listed gaps). The executor's own checks are proven in `reference_only::explore`.
+//! every kind of step and every provider behaviour, and one with workers of every kind through a
+//! crash and a restart, keep every check on any target (upstream: only its listed gaps). The
+//! executor's own checks are proven in `reference_only::explore`.
 
 use explorer::findings::{gate_findings, Check};
 use explorer::schedule::{
-    Behaviour, CardKind, CardPlan, Knob, KnobValue, Knobs, Schedule, Slot, Step,
+    Behaviour, BlockKindName, CardKind, CardPlan, Knob, KnobValue, Knobs, Schedule, Slot, Step,
+    WorkerPlan,
 };
 use explorer::{execute, Run};
 use fixtures::target::Target;
@@ -15,6 +17,7 @@ fn card(kind: CardKind, replies: &[Behaviour]) -> CardPlan {
     CardPlan {
         kind,
         replies: replies.to_vec(),
+        worker: None,
     }
 }
 
@@ -165,5 +168,62 @@ fn a_schedule_with_every_kind_of_step_and_reply_keeps_every_check() {
         .over(&run.span)
         .context(|| run.summary.clone())
         .gap(GapKind::DispatcherBlocked);
+    judge_every_check(&run, target);
+}
+
+/// Ready cards with every kind of worker the explorer plans (the target's own, answered so, and
+/// the stand-in's behaviours), through a crash and a restart while workers live.
+fn workers_through_a_crash_and_a_restart() -> Schedule {
+    use fixtures::workers::Behaviour as StandIn;
+    let mut config = Knobs::default();
+    for (knob, value) in [
+        (Knob::MaxSpawn, KnobValue::Count(2)),
+        (Knob::FailureLimit, KnobValue::Count(2)),
+        (Knob::SpawnBackoff, KnobValue::Seconds(0.05)),
+    ] {
+        config.apply(knob, Some(value));
+    }
+    let ready = |worker: WorkerPlan| CardPlan {
+        kind: CardKind::Ready,
+        replies: vec![Behaviour::Ok],
+        worker: Some(worker),
+    };
+    let cards = vec![
+        ready(WorkerPlan::Completes),
+        ready(WorkerPlan::StandIn {
+            does: StandIn::Exits(1),
+        }),
+        ready(WorkerPlan::StandIn {
+            does: StandIn::Forks,
+        }),
+        ready(WorkerPlan::Blocks {
+            kind: BlockKindName::NeedsInput,
+        }),
+        card(CardKind::Triage, &[Behaviour::Ok]),
+    ];
+    let first = Slot::First;
+    let steps = vec![
+        Step::Start { gateway: first },
+        Step::LetTicksPass { ticks: 3 },
+        Step::Kill { gateway: first },
+        Step::Restart { gateway: first },
+        Step::LetTicksPass { ticks: 3 },
+        Step::Restart { gateway: first },
+        Step::LetTicksPass { ticks: 2 },
+        Step::Stop { gateway: first },
+    ];
+    Schedule {
+        config,
+        cards,
+        steps,
+    }
+}
+
+#[test]
+fn a_schedule_with_workers_through_a_crash_and_a_restart_keeps_every_check() {
+    let schedule = workers_through_a_crash_and_a_restart();
+    assert_eq!(schedule.check(), Ok(()), "{schedule}");
+    let target = Target::current();
+    let run = execute(&schedule, target, &mut |_| {});
     judge_every_check(&run, target);
 }

@@ -33,6 +33,7 @@ mod stalls;
 mod support;
 mod timing;
 mod with_upstream;
+mod workers;
 mod world;
 
 /// K: dispatcher ticks proven to have run while a card that cannot be decomposed sits in triage.

@@ -16,6 +16,7 @@
 //! | `recovery` | `unpark`, `resume`, `auto-decompose ID off\|on` against a running gateway |
 //! | `secrets` | no output of a whole run, nor the board, shows a secret in any form (key, URL password, query key, a key pasted into config) |
 //! | `stops` | SIGTERM within 5 s while another process holds the board's write lock |
+//! | `workers` | the workers' ledger rows and `usage` halves; a card parked by its spawn budget, warned about, unparked |
 
 mod claims;
 mod clock;
@@ -28,6 +29,7 @@ mod recovery;
 mod secrets;
 mod stops;
 mod unreadable;
+mod workers;
 
 use std::time::{Duration, Instant};
 

@@ -269,7 +269,8 @@ fn print_calls(
         if let Some(ms) = since_ms {
             note.push_str(&format!(" since {}", shown_ms(ms)));
         }
-        ctx.print(&note)?;
+        // On stderr, as `list` does: a script reading stdout one call per line sees none.
+        super::note(&note);
         return Ok(Outcome::Success);
     }
     ctx.print(&call_lines(calls, prices, ctx.headers()).join("\n"))?;

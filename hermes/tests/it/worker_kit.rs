@@ -185,6 +185,12 @@ impl WorkerBoard {
         census
     }
 
+    /// Answer every turn of `card`'s workers with `reply` (the provider's worker script, one
+    /// reply repeating).
+    pub fn answer(&self, card: &str, reply: Reply) {
+        self.provider.worker_reply(card, vec![reply]);
+    }
+
     /// The worker turns the provider received for `card`, in arrival order.
     pub fn turns(&self, card: &str) -> Vec<Value> {
         self.provider

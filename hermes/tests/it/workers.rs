@@ -18,8 +18,8 @@ fn a_ready_card_gets_one_worker_whose_turns_carry_the_tools_and_its_card() {
     let board = WorkerBoard::new("  max_spawn: 2\n");
     let json_card = board.ready_card("answered as JSON");
     let stream_card = board.ready_card("answered as a stream");
-    board.provider.reply(&json_card, complete());
-    board.provider.reply(
+    board.answer(&json_card, complete());
+    board.answer(
         &stream_card,
         streamed_tool_call("kanban_complete", json!({"summary": "streamed"})),
     );
@@ -135,7 +135,7 @@ fn a_card_whose_workers_never_complete_is_spawned_failure_limit_times_waiting_lo
         WorkerBoard::new("  max_spawn: 2\n  failure_limit: 3\n  spawn_backoff_seconds: 0.3\n");
     let card = board.ready_card("never finishes");
     // Text and no tool call: each session ends without completing (a protocol violation).
-    board.provider.reply(
+    board.answer(
         &card,
         fixtures::aux_model::Reply::text("I think it is done."),
     );
@@ -149,7 +149,7 @@ fn a_card_whose_workers_never_complete_is_spawned_failure_limit_times_waiting_lo
     );
     // Proven ticks after the park: a fresh card is spawned and completed meanwhile.
     let probe = board.ready_card("probe");
-    board.provider.reply(&probe, complete());
+    board.answer(&probe, complete());
     wait_until_or(
         || board.status(&probe) == "done",
         WAIT,
@@ -351,7 +351,7 @@ fn after_a_gateway_sigkill_the_next_gateway_adopts_the_orphan_and_counts_it_agai
     );
 
     let second = board.ready_card("second");
-    board.provider.reply(&second, complete());
+    board.answer(&second, complete());
     // Real workers from here on: the orphan is the only stand-in.
     let gateway = board.gateway(&[]);
     wait_until_or(
@@ -483,7 +483,7 @@ fn a_workers_refusal_pauses_every_spawn_and_every_decompose_call() {
         .map(|i| board.ready_card(&format!("card {i}")))
         .collect();
     for card in &cards {
-        board.provider.reply(
+        board.answer(
             card,
             fixtures::aux_model::Reply::http_error(402, "insufficient credit"),
         );
@@ -538,7 +538,7 @@ fn a_workers_refusal_pauses_every_spawn_and_every_decompose_call() {
 fn a_card_a_worker_hands_to_a_person_is_never_spawned_again() {
     let board = WorkerBoard::new("  max_spawn: 2\n");
     let card = board.ready_card("needs an answer");
-    board.provider.reply(&card, block("needs_input"));
+    board.answer(&card, block("needs_input"));
     let gateway = board.gateway(&[]);
     wait_until_or(
         || board.status(&card) == "blocked",
@@ -579,7 +579,7 @@ fn a_dependency_block_on_no_open_parent_is_charged_not_looped() {
     let board =
         WorkerBoard::new("  max_spawn: 2\n  failure_limit: 2\n  spawn_backoff_seconds: 0\n");
     let card = board.ready_card("waits on nothing");
-    board.provider.reply(&card, block("dependency"));
+    board.answer(&card, block("dependency"));
     let gateway = board.gateway(&[]);
     wait_until_or(
         || board.events(&card, "spawn_parked") == 1,
@@ -601,7 +601,7 @@ fn a_dependency_block_on_no_open_parent_is_charged_not_looped() {
 fn a_session_takes_at_most_max_turns_turns() {
     let board = WorkerBoard::new("  max_spawn: 1\n  failure_limit: 1\nagent:\n  max_turns: 3\n");
     let card = board.ready_card("keeps busy");
-    board.provider.reply(
+    board.answer(
         &card,
         tool_call("kanban_heartbeat", json!({"note": "still going"})),
     );
@@ -693,7 +693,7 @@ fn a_worker_that_runs_on_after_its_run_ended_is_stopped_before_its_card_runs_aga
         "\"$REAL_HERMES\" \"$@\"\nexec sleep 60",
     );
     let card = board.ready_card("requeued");
-    board.provider.reply(&card, block("transient"));
+    board.answer(&card, block("transient"));
     let census = board.census(Some(&stand_in));
     let bin = stand_in.path.to_string_lossy().into_owned();
     let gateway = board.gateway(&[

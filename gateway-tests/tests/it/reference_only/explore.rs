@@ -23,6 +23,7 @@ fn two_plain_cards() -> Vec<CardPlan> {
         .map(|_| CardPlan {
             kind: CardKind::Triage,
             replies: vec![Behaviour::Ok],
+            worker: None,
         })
         .collect()
 }
