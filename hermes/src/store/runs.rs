@@ -26,8 +26,7 @@ use super::claims::new_lease;
 use super::decompose::{pause_unreachable, PauseRecord, UnreachableRecord};
 use super::guards::{auto_gate, set_pause, AutoGate};
 use super::state_rows::{
-    add_event_in_run, ended_boot_ms, spawn_cells, spawn_due_seen, spawn_started_seen,
-    spawn_state_columns,
+    add_event_in_run, spawn_cells, spawn_due_seen, spawn_started_seen, spawn_state_columns,
 };
 use super::{frame, lenient, SqlResultExt, Store, StoreError};
 use crate::core::spawn::{Ended, RunEnd, SpawnBegin, SpawnStep};
@@ -899,7 +898,7 @@ fn close_requests_in_flight(
             "UPDATE hermes_aux_ledger SET outcome = ?2, ended_at_ms = ?3, ended_boot_ms = {},
                  detail = 'the run ended with this request in flight; it may have been billed'
              WHERE run_id = ?1 AND outcome = ?4",
-            ended_boot_ms("?3")
+            super::state_rows::ended_boot_ms("?3")
         ),
         params![
             run_id,
