@@ -13,6 +13,9 @@
 //! - `dispatch`: the gateway's loop, lock and signals, and its workers; `cli`: one file per verb;
 //! - `output`: what leaves the process as text (redacted, escaped).
 //!
+//! `tools/tests/layers.rs` holds the crate to this: no module imports one that imports it back,
+//! among the floors or among the rooms of one.
+//!
 //! Comments cite the contract by section (`contract §7 B5`): `docs/contract.md`.
 
 pub mod auto;
