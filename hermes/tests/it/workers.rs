@@ -352,6 +352,13 @@ fn after_a_gateway_sigkill_the_next_gateway_adopts_the_orphan_and_counts_it_agai
 
     let second = board.ready_card("second");
     board.answer(&second, complete());
+    // Ticks are proven by a decompose probe the provider fails (it stays in triage, no worker
+    // for it). Its reply is set while no gateway runs: a gateway ticking between the card's
+    // creation and its reply would decompose it with the default answer.
+    let probe = board.scratch.create("tick probe", &["--triage"]);
+    board
+        .provider
+        .reply(&probe, fixtures::aux_model::Reply::malformed());
     // Real workers from here on: the orphan is the only stand-in.
     let gateway = board.gateway(&[]);
     wait_until_or(
@@ -360,12 +367,7 @@ fn after_a_gateway_sigkill_the_next_gateway_adopts_the_orphan_and_counts_it_agai
         "the orphan to be adopted",
         || gateway.tail(),
     );
-    // Adopted, not charged; holding the only place, so the second card waits. Ticks are
-    // proven by a decompose probe the provider fails (it stays in triage, no worker for it).
-    let probe = board.scratch.create("tick probe", &["--triage"]);
-    board
-        .provider
-        .reply(&probe, fixtures::aux_model::Reply::malformed());
+    // Adopted, not charged; holding the only place, so the second card waits.
     wait_until_or(
         || board.events(&probe, "decompose_failed") == 1,
         WAIT,
