@@ -114,9 +114,10 @@ fn a_failing_card_waits_its_backoff_and_never_takes_a_fresh_cards_place(
         .over(&seen)
         .context(|| {
             format!(
-                "{}\n{}\n{}",
+                "{}\n{}\n{}\n{}",
                 board.setting(Setting::SpawnBackoff),
                 board.diag(&failing),
+                board.diag(&holder),
                 board.diag(&fresh)
             )
         })
