@@ -61,7 +61,22 @@ fn a_failing_card_waits_its_backoff_and_never_takes_a_fresh_cards_place(
         || aux.sessions_for(&failing) >= 3,
     );
     let starts = aux.session_starts(&failing);
-    let fresh_start = aux.session_starts(&fresh).first().copied();
+    // The freed slot is the fresh card's. A card whose last run was charged taking it first
+    // (the failing card, or the long card whose worker was just killed), with the fresh card's
+    // worker coming later or never, is the bug itself, not an unreached arrangement.
+    let first_after = |card: &str| {
+        aux.session_starts(card)
+            .into_iter()
+            .find(|start| *start >= freed_at)
+    };
+    let fresh_after = first_after(&fresh);
+    let charged_after = [
+        ("failing", first_after(&failing)),
+        ("long", first_after(&holder)),
+    ]
+    .into_iter()
+    .filter_map(|(which, start)| start.map(|at| (which, at)))
+    .min_by_key(|(_, at)| *at);
     let seen = run.stop();
 
     let mut findings = Findings::new();
@@ -78,36 +93,24 @@ fn a_failing_card_waits_its_backoff_and_never_takes_a_fresh_cards_place(
             )
         });
     }
-    // The freed slot is the fresh card's: the failing card taking it first (the fresh card then
-    // getting a worker later, or never) is the bug itself, not an unreached arrangement.
-    let fresh_after = fresh_start.filter(|start| *start >= freed_at);
-    let failing_after = starts.iter().copied().find(|start| *start >= freed_at);
-    if let Some(failing_after) = failing_after {
-        findings =
-            findings.that(
-                fresh_after.is_some_and(|fresh| fresh <= failing_after),
-                || {
-                    let fresh = fresh_after.map_or_else(
-                        || "the fresh card's worker never came".to_owned(),
-                        |fresh| {
-                            format!(
-                                "the fresh card's worker came {:.2} s later",
-                                fresh.saturating_duration_since(failing_after).as_secs_f64()
-                            )
-                        },
-                    );
-                    format!(
-                "the failing card's worker took the freed slot {:.2} s after it freed; {fresh}",
-                failing_after.saturating_duration_since(freed_at).as_secs_f64()
-            )
-                },
-            );
-    }
-    let arranged = match (held_until, fresh_after.or(failing_after)) {
+    let arranged = match (held_until, fresh_after.or(charged_after.map(|(_, at)| at))) {
         (None, _) => Err("the long worker never held the slot".to_owned()),
-        (_, None) => Err("neither card got a worker after the slot freed".to_owned()),
+        (_, None) => Err("no card got a worker after the slot freed".to_owned()),
         _ => Ok(()),
     };
+    if let Some((which, taken)) = charged_after {
+        findings = findings.that(fresh_after.is_some_and(|fresh| fresh <= taken), || {
+            let fresh = fresh_after.map_or_else(
+                || "the fresh card's worker never came".to_owned(),
+                |fresh| {
+                    let later = fresh.saturating_duration_since(taken).as_secs_f64();
+                    format!("the fresh card's worker came {later:.2} s later")
+                },
+            );
+            let after = taken.saturating_duration_since(freed_at).as_secs_f64();
+            format!("the {which} card's worker took the freed slot {after:.2} s after it freed; {fresh}")
+        });
+    }
     findings
         .verdict("a failing card waits its spawn backoff, behind fresh cards")
         .provided(&arranged)
