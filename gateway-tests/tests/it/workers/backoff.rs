@@ -1,7 +1,7 @@
 //! S3: after a charged run a card waits its spawn backoff (doubling per charged run) before its
 //! next worker, and a failing card never takes the place of a fresh one.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use judge::prelude::*;
 use rstest::rstest;
@@ -29,13 +29,27 @@ fn a_failing_card_waits_its_backoff_and_never_takes_a_fresh_cards_place(
     Worker::StandIn(Behaviour::Sleeps).arrange(&board, &holder);
     run.first_session(&holder);
     let fresh = ready_card(&board, "a fresh card");
+    let fresh_created = Instant::now();
     let backoff = board
         .config()
         .in_force(board.target(), Setting::SpawnBackoff)
         .unwrap_or(60.0);
     let due = Duration::from_secs_f64(backoff.min(5.0)) + board.target().tick_interval();
     run.watch(due);
-    let freed = census.kill(&holder);
+    // The slot frees when the test kills the long worker, or earlier if the target ended it
+    // itself (a claim it reclaimed, say): from then on, with the fresh card waiting, the slot is
+    // contested all the same.
+    let killed = census.kill(&holder);
+    let held_until = if killed > 0 {
+        Some(Instant::now())
+    } else {
+        census
+            .record()
+            .groups_of(&holder)
+            .map(|group| group.last_seen)
+            .max()
+    };
+    let freed_at = held_until.map_or_else(Instant::now, |end| end.max(fresh_created));
     run.settle(
         spawn_span(&board).saturating_mul(2),
         "the fresh card's worker",
@@ -47,7 +61,22 @@ fn a_failing_card_waits_its_backoff_and_never_takes_a_fresh_cards_place(
         || aux.sessions_for(&failing) >= 3,
     );
     let starts = aux.session_starts(&failing);
-    let fresh_start = aux.session_starts(&fresh).first().copied();
+    // The freed slot is the fresh card's. A card whose last run was charged taking it first
+    // (the failing card, or the long card whose worker was just killed), with the fresh card's
+    // worker coming later or never, is the bug itself, not an unreached arrangement.
+    let first_after = |card: &str| {
+        aux.session_starts(card)
+            .into_iter()
+            .find(|start| *start >= freed_at)
+    };
+    let fresh_after = first_after(&fresh);
+    let charged_after = [
+        ("failing", first_after(&failing)),
+        ("long", first_after(&holder)),
+    ]
+    .into_iter()
+    .filter_map(|(which, start)| start.map(|at| (which, at)))
+    .min_by_key(|(_, at)| *at);
     let seen = run.stop();
 
     let mut findings = Findings::new();
@@ -64,28 +93,34 @@ fn a_failing_card_waits_its_backoff_and_never_takes_a_fresh_cards_place(
             )
         });
     }
-    if let (Some(fresh_start), Some(second)) = (fresh_start, starts.get(1)) {
-        findings = findings.that(fresh_start < *second, || {
-            format!(
-                "the failing card's second worker started {:.2} s before the fresh card's",
-                fresh_start.saturating_duration_since(*second).as_secs_f64()
-            )
-        });
-    }
-    let arranged = match (freed, fresh_start) {
-        (0, _) => Err("the long worker never held the slot".to_owned()),
-        (_, None) => Err("the fresh card never got a worker".to_owned()),
+    let arranged = match (held_until, fresh_after.or(charged_after.map(|(_, at)| at))) {
+        (None, _) => Err("the long worker never held the slot".to_owned()),
+        (_, None) => Err("no card got a worker after the slot freed".to_owned()),
         _ => Ok(()),
     };
+    if let Some((which, taken)) = charged_after {
+        findings = findings.that(fresh_after.is_some_and(|fresh| fresh <= taken), || {
+            let fresh = fresh_after.map_or_else(
+                || "the fresh card's worker never came".to_owned(),
+                |fresh| {
+                    let later = fresh.saturating_duration_since(taken).as_secs_f64();
+                    format!("the fresh card's worker came {later:.2} s later")
+                },
+            );
+            let after = taken.saturating_duration_since(freed_at).as_secs_f64();
+            format!("the {which} card's worker took the freed slot {after:.2} s after it freed; {fresh}")
+        });
+    }
     findings
         .verdict("a failing card waits its spawn backoff, behind fresh cards")
         .provided(&arranged)
         .over(&seen)
         .context(|| {
             format!(
-                "{}\n{}\n{}",
+                "{}\n{}\n{}\n{}",
                 board.setting(Setting::SpawnBackoff),
                 board.diag(&failing),
+                board.diag(&holder),
                 board.diag(&fresh)
             )
         })
