@@ -53,26 +53,48 @@ pub struct Explored {
 /// The reference binary: `HERMES_BIN` when set, else `hermes-tools` built now (only linked: it
 /// shares this program's build).
 pub fn reference_binary(ws: &Workspace) -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os("HERMES_BIN") {
-        let path = PathBuf::from(path);
-        if !path.is_file() {
-            bail!("HERMES_BIN={} is no file", path.display());
-        }
-        return Ok(path);
+    match std::env::var_os("HERMES_BIN") {
+        Some(path) => existing("HERMES_BIN", PathBuf::from(path)),
+        None => built_binary(ws, "hermes-tools"),
     }
-    eprintln!(
-        "conformance: building the reference binary (cargo build -p tools --bin hermes-tools)"
-    );
+}
+
+/// Makes the worker stand-in findable by every census the explorer takes (its watchdog runs as
+/// the stand-in, and stand-in workers are it): `HERMES_STAND_IN_BIN` when set, else
+/// `worker-stand-in-tools` built now. A test binary finds it through nextest's variables; this
+/// program is none, so it names it. Call before any thread starts: it sets a variable.
+pub fn provide_stand_in(ws: &Workspace) -> anyhow::Result<()> {
+    let variable = fixtures::workers::STAND_IN_OVERRIDE;
+    match std::env::var_os(variable) {
+        Some(path) => existing(variable, PathBuf::from(path)).map(drop),
+        None => {
+            let binary = built_binary(ws, "worker-stand-in-tools")?;
+            std::env::set_var(variable, binary);
+            Ok(())
+        }
+    }
+}
+
+fn existing(variable: &str, path: PathBuf) -> anyhow::Result<PathBuf> {
+    if !path.is_file() {
+        bail!("{variable}={} is no file", path.display());
+    }
+    Ok(path)
+}
+
+/// `cargo build -p tools --bin NAME`, and the binary it left.
+fn built_binary(ws: &Workspace, name: &str) -> anyhow::Result<PathBuf> {
+    eprintln!("conformance: building {name} (cargo build -p tools --bin {name})");
     let status = ws
         .cargo()
-        .args(["build", "-q", "-p", "tools", "--bin", "hermes-tools"])
+        .args(["build", "-q", "-p", "tools", "--bin", name])
         .stdout(Stdio::null())
         .status()
-        .context("running cargo build -p tools --bin hermes-tools")?;
+        .with_context(|| format!("running cargo build -p tools --bin {name}"))?;
     if !status.success() {
-        bail!("`cargo build -p tools --bin hermes-tools` failed ({status})");
+        bail!("`cargo build -p tools --bin {name}` failed ({status})");
     }
-    let binary = ws.target_dir.join("debug").join("hermes-tools");
+    let binary = ws.target_dir.join("debug").join(name);
     if !binary.is_file() {
         bail!("the build left no binary at {}", binary.display());
     }

@@ -577,6 +577,7 @@ fn run_explorer(
     wants_reference: bool,
     externals: &[External],
 ) -> anyhow::Result<bool> {
+    explore::provide_stand_in(ws)?;
     let mut targets = Vec::new();
     if wants_reference {
         let binary = explore::reference_binary(ws)?;
