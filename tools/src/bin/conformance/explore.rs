@@ -59,20 +59,26 @@ pub fn reference_binary(ws: &Workspace) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// The variable nextest gives a test of `tools` for the stand-in binary.
+const NEXTEST_STAND_IN: &str = "NEXTEST_BIN_EXE_worker-stand-in-tools";
+
 /// Makes the worker stand-in findable by every census the explorer takes (its watchdog runs as
 /// the stand-in, and stand-in workers are it): `HERMES_STAND_IN_BIN` when set, else
-/// `worker-stand-in-tools` built now. A test binary finds it through nextest's variables; this
-/// program is none, so it names it. Call before any thread starts: it sets a variable.
+/// the one nextest names for a test running this program, else `worker-stand-in-tools` built now.
+/// Call before any thread starts: it sets a variable.
 pub fn provide_stand_in(ws: &Workspace) -> anyhow::Result<()> {
     let variable = fixtures::workers::STAND_IN_OVERRIDE;
-    match std::env::var_os(variable) {
-        Some(path) => existing(variable, PathBuf::from(path)).map(drop),
-        None => {
-            let binary = built_binary(ws, "worker-stand-in-tools")?;
-            std::env::set_var(variable, binary);
-            Ok(())
-        }
+    if let Some(path) = std::env::var_os(variable) {
+        return existing(variable, PathBuf::from(path)).map(drop);
     }
+    // A test that runs this program has nextest name it (building it again from there would
+    // wait on a build with the test's own environment); else it is built now, never stale.
+    let binary = match std::env::var_os(NEXTEST_STAND_IN) {
+        Some(path) => existing(NEXTEST_STAND_IN, PathBuf::from(path))?,
+        None => built_binary(ws, "worker-stand-in-tools")?,
+    };
+    std::env::set_var(variable, binary);
+    Ok(())
 }
 
 fn existing(variable: &str, path: PathBuf) -> anyhow::Result<PathBuf> {
