@@ -342,7 +342,10 @@ pub fn ensure(
             source,
         })?;
     }
-    run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+    run(Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(made_at(&venv)?))?;
     let mut pip = Command::new(&python);
     pip.args([
         "-m",
@@ -397,6 +400,26 @@ fn clear(venv: &Path) {
     } else {
         let _ = std::fs::remove_dir_all(venv);
     }
+}
+
+/// Where `python3 -m venv` is pointed for `venv`: the directory itself, or, for a symbolic link,
+/// the directory it points at (created when missing). Python's venv refuses a path that is a
+/// link ("Unable to create directory"), and `.ci/run` links the venvs to its cache.
+fn made_at(venv: &Path) -> Result<PathBuf, InstallError> {
+    if !venv.is_symlink() {
+        return Ok(venv.to_path_buf());
+    }
+    let write_error = |source| InstallError::Write {
+        path: venv.display().to_string(),
+        source,
+    };
+    let pointed = std::fs::read_link(venv).map_err(write_error)?;
+    let pointed = match venv.parent() {
+        Some(parent) if pointed.is_relative() => parent.join(pointed),
+        _ => pointed,
+    };
+    std::fs::create_dir_all(&pointed).map_err(write_error)?;
+    pointed.canonicalize().map_err(write_error)
 }
 
 /// The `provides` text of a venv that can be reused as it is, or `None`.
@@ -566,6 +589,23 @@ mod tests {
         std::fs::create_dir_all(plain.join("bin")).unwrap();
         clear(&plain);
         assert!(!plain.exists());
+    }
+
+    #[test]
+    fn a_linked_venv_is_made_where_it_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let linked = dir.path().join("upstream-venv");
+        std::os::unix::fs::symlink("cache/venv", &linked).unwrap();
+        let at = made_at(&linked).unwrap();
+        assert_eq!(at, dir.path().canonicalize().unwrap().join("cache/venv"));
+        run(Command::new("python3")
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&at))
+        .unwrap();
+        assert!(linked.is_symlink());
+        assert!(linked.join("bin/python").is_file());
+        let plain = dir.path().join("plain");
+        assert_eq!(made_at(&plain).unwrap(), plain);
     }
 
     #[test]

@@ -29,7 +29,7 @@ fn a_base_url_with_a_query_is_joined_on_its_path(#[with(Config::plain())] board:
     let card = board.create("an idea for a provider with an api-version", &["--triage"]);
     aux.reply(&card, Reply::default_single());
     let decompose = board.cli_unchecked(["kanban", "decompose", &card, "--json"]);
-    let targets = billed_targets(&aux);
+    let targets = billed_targets(aux);
 
     holds(
         "the request went to the base URL's path plus /chat/completions, its query after it",
@@ -170,7 +170,7 @@ fn a_loopback_endpoint_is_never_sent_through_a_proxy(#[with(Config::plain())] bo
         .map(|name| (name.into(), nowhere.clone().into()))
         .collect();
     let decompose = board.cli_with_env(["kanban", "decompose", &card, "--json"], proxies);
-    let targets = billed_targets(&aux);
+    let targets = billed_targets(aux);
 
     holds(
         "the request went straight to the provider on this machine, not to the proxy",
@@ -202,7 +202,7 @@ fn a_remote_endpoint_goes_through_the_proxy_and_its_502_costs_no_budget(
         ["kanban", "decompose", &card, "--json"],
         vec![("HTTP_PROXY".into(), proxy_at(&board).into())],
     );
-    let targets = billed_targets(&aux);
+    let targets = billed_targets(aux);
     let ledger: Vec<String> = board
         .rows()
         .ledger(&card)
