@@ -44,6 +44,7 @@ fn a_card_whose_workers_never_complete_is_spawned_at_most_failure_limit_times(
     let mut idle_since: Option<Instant> = None;
     let mut last_count = Instant::now();
     let mut settled = false;
+    let mut charged_while_watched = 0;
     run.settle(
         cap,
         "a charged spawn past the budget or a quiet card",
@@ -57,7 +58,8 @@ fn a_card_whose_workers_never_complete_is_spawned_at_most_failure_limit_times(
                 && last_count.elapsed() >= POLL_CHARGED
                 && {
                     last_count = Instant::now();
-                    judge::charged_sessions(&board, &card) > FAILURE_LIMIT
+                    charged_while_watched = judge::charged_sessions(&board, &card);
+                    charged_while_watched > FAILURE_LIMIT
                 };
             settled = quiet || past;
             settled
@@ -66,8 +68,10 @@ fn a_card_whose_workers_never_complete_is_spawned_at_most_failure_limit_times(
     let closed_on_a_live_worker = !settled && census.live_for(&card) > 0;
     run.prove_ticks(PROBE_TICKS);
     let seen = run.stop();
-    // A worker the restart stopped was the gateway's own doing: its run is not charged.
-    let charged = judge::charged_sessions(&board, &card);
+    // A worker the restart stopped was the gateway's own doing: its run is not charged. A
+    // session the window saw charged stays charged: a stop that then closes its run
+    // `interrupted` (as a gateway whose stop ends no worker may still write) unspends nothing.
+    let charged = judge::charged_sessions(&board, &card).max(charged_while_watched);
 
     // Within the budget while a worker still runs is no verdict: its end may bring the spawn
     // past the budget that the window did not cover.
