@@ -117,3 +117,85 @@ fn a_card_parked_by_its_spawn_budget_is_listed_warned_about_once_and_unparked(
         .context(|| board.diag(&card))
         .gap(GapKind::SpawnNotVisible);
 }
+
+/// A worker request still unanswered when the gateway stops may be billed by the provider all
+/// the same: its ledger row stays (closed `unknown`, not left in flight), one per request the
+/// provider received.
+#[rstest]
+fn a_worker_request_in_flight_at_the_stop_keeps_its_ledger_row(
+    #[with(worker_config(1))] board: Board,
+) {
+    let aux = board.aux();
+    let card = ready_card(&board, "its worker's request is never answered");
+    Worker::Real(vec![Reply::hang(std::time::Duration::from_secs(120))]).arrange(&board, &card);
+
+    let mut run = board.scenario();
+    run.start().first_session(&card);
+    let unanswered = aux.worker_requests_for(&card).len();
+    let seen = run.stop();
+    let requests = aux.worker_requests_for(&card).len();
+    let rows: Vec<String> = board
+        .rows()
+        .ledger(&card)
+        .into_iter()
+        .filter(|row| row.purpose == "worker")
+        .map(|row| row.outcome)
+        .collect();
+
+    let arranged = if unanswered >= 1 {
+        Ok(())
+    } else {
+        Err("no worker request reached the provider before the stop".to_owned())
+    };
+    Findings::new()
+        .equal("worker ledger rows of the card", &rows.len(), &requests)
+        .that(!rows.iter().any(|outcome| outcome == "in_flight"), || {
+            format!("a row still in flight after the stop: {rows:?}")
+        })
+        .verdict("a worker request in flight at the stop keeps its ledger row")
+        .provided(&arranged)
+        .over(&seen)
+        .context(|| board.diag(&card))
+        .gap(GapKind::SpawnNotVisible);
+}
+
+/// The hourly ceiling counts each of a worker's requests as it leaves (S4): a session spawned
+/// under the ceiling stops asking once the board reaches it, rather than running its turns past.
+#[rstest]
+fn a_workers_turns_stop_at_the_hourly_ceiling(
+    #[with(worker_config(1).calls_per_hour(CEILING))] board: Board,
+) {
+    let aux = board.aux();
+    let card = ready_card(&board, "a long session of heartbeats");
+    let heartbeat = Reply::streamed_tool_call("kanban_heartbeat", serde_json::json!({}));
+    let mut script = vec![heartbeat; 2 * CEILING as usize];
+    script.push(Reply::complete());
+    Worker::Real(script).arrange(&board, &card);
+
+    let mut run = board.scenario();
+    run.start().first_session(&card).until(
+        std::time::Duration::from_secs(20),
+        "the worker gone",
+        || board.census().live_total() == 0,
+    );
+    let seen = run.stop();
+    let requests = aux.worker_requests_for(&card).len();
+
+    let arranged = if requests >= CEILING as usize {
+        Ok(())
+    } else {
+        Err(format!(
+            "the worker asked {requests} time(s): the ceiling of {CEILING} was never reached"
+        ))
+    };
+    bound("worker requests within the hour", requests)
+        .at_most(CEILING as usize)
+        .provided(&arranged)
+        .over(&seen)
+        .note(|| format!("runs {:?}", board.rows().runs(&card)))
+        .context(|| board.diag(&card))
+        .gap(GapKind::HourlyCeilingExceeded);
+}
+
+/// The hourly ceiling of the ceiling test: a few turns of a session.
+const CEILING: u32 = 3;
