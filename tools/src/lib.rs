@@ -21,6 +21,7 @@ pub mod junit;
 pub mod preflight;
 pub mod progress;
 pub mod report;
+pub mod stand_in;
 pub mod upstream;
 pub mod verdict_junit;
 pub mod verdicts;

@@ -5,7 +5,6 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -13,6 +12,7 @@ use explorer::{saved, Check, Exploration, Failure, Gated, Plan, Progress, Run, S
 use fixtures::gaps::GapList;
 use fixtures::target::Target;
 use fixtures::verdict::Outcome;
+use tools::stand_in;
 use tools::workspace::Workspace;
 
 /// The schedules per seed when neither `--schedules` nor `--minutes` says.
@@ -54,57 +54,9 @@ pub struct Explored {
 /// shares this program's build).
 pub fn reference_binary(ws: &Workspace) -> anyhow::Result<PathBuf> {
     match std::env::var_os("HERMES_BIN") {
-        Some(path) => existing("HERMES_BIN", PathBuf::from(path)),
-        None => built_binary(ws, "hermes-tools"),
+        Some(path) => stand_in::existing("HERMES_BIN", PathBuf::from(path)),
+        None => stand_in::built_binary(ws, "hermes-tools", stand_in::Profile::Debug),
     }
-}
-
-/// The variable nextest gives a test of `tools` for the stand-in binary.
-const NEXTEST_STAND_IN: &str = "NEXTEST_BIN_EXE_worker-stand-in-tools";
-
-/// Makes the worker stand-in findable by every census the explorer takes (its watchdog runs as
-/// the stand-in, and stand-in workers are it): `HERMES_STAND_IN_BIN` when set, else
-/// the one nextest names for a test running this program, else `worker-stand-in-tools` built now.
-/// Call before any thread starts: it sets a variable.
-pub fn provide_stand_in(ws: &Workspace) -> anyhow::Result<()> {
-    let variable = fixtures::workers::STAND_IN_OVERRIDE;
-    if let Some(path) = std::env::var_os(variable) {
-        return existing(variable, PathBuf::from(path)).map(drop);
-    }
-    // A test that runs this program has nextest name it (building it again from there would
-    // wait on a build with the test's own environment); else it is built now, never stale.
-    let binary = match std::env::var_os(NEXTEST_STAND_IN) {
-        Some(path) => existing(NEXTEST_STAND_IN, PathBuf::from(path))?,
-        None => built_binary(ws, "worker-stand-in-tools")?,
-    };
-    std::env::set_var(variable, binary);
-    Ok(())
-}
-
-fn existing(variable: &str, path: PathBuf) -> anyhow::Result<PathBuf> {
-    if !path.is_file() {
-        bail!("{variable}={} is no file", path.display());
-    }
-    Ok(path)
-}
-
-/// `cargo build -p tools --bin NAME`, and the binary it left.
-fn built_binary(ws: &Workspace, name: &str) -> anyhow::Result<PathBuf> {
-    eprintln!("conformance: building {name} (cargo build -p tools --bin {name})");
-    let status = ws
-        .cargo()
-        .args(["build", "-q", "-p", "tools", "--bin", name])
-        .stdout(Stdio::null())
-        .status()
-        .with_context(|| format!("running cargo build -p tools --bin {name}"))?;
-    if !status.success() {
-        bail!("`cargo build -p tools --bin {name}` failed ({status})");
-    }
-    let binary = ws.target_dir.join("debug").join(name);
-    if !binary.is_file() {
-        bail!("the build left no binary at {}", binary.display());
-    }
-    Ok(binary)
 }
 
 fn explore_dir(ws: &Workspace) -> PathBuf {
