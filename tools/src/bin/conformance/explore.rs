@@ -12,8 +12,7 @@ use explorer::{saved, Check, Exploration, Failure, Gated, Plan, Progress, Run, S
 use fixtures::gaps::GapList;
 use fixtures::target::Target;
 use fixtures::verdict::Outcome;
-use tools::stand_in;
-use tools::workspace::Workspace;
+use tools::workspace::{named_file, Profile, Workspace};
 
 /// The schedules per seed when neither `--schedules` nor `--minutes` says.
 pub const DEFAULT_SCHEDULES: u64 = 20;
@@ -54,8 +53,8 @@ pub struct Explored {
 /// shares this program's build).
 pub fn reference_binary(ws: &Workspace) -> anyhow::Result<PathBuf> {
     match std::env::var_os("HERMES_BIN") {
-        Some(path) => stand_in::existing("HERMES_BIN", PathBuf::from(path)),
-        None => stand_in::built_binary(ws, "hermes-tools", stand_in::Profile::Debug),
+        Some(path) => named_file("HERMES_BIN", PathBuf::from(path)),
+        None => ws.build_tools_binary("hermes-tools", Profile::Debug),
     }
 }
 

@@ -577,7 +577,7 @@ fn run_explorer(
     wants_reference: bool,
     externals: &[External],
 ) -> anyhow::Result<bool> {
-    tools::stand_in::provide(ws, tools::stand_in::Profile::Debug)?;
+    tools::stand_in::provide(ws, tools::workspace::Profile::Debug)?;
     let mut targets = Vec::new();
     if wants_reference {
         let binary = explore::reference_binary(ws)?;
