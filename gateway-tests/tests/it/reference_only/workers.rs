@@ -8,6 +8,9 @@ use serde_json::Value;
 
 use crate::workers::{ready_card, worker_config, Worker, FAILURE_LIMIT};
 
+/// The hourly ceiling of the ceiling test: a few turns of a session.
+const CEILING: u32 = 3;
+
 #[rstest]
 fn kanban_usage_splits_the_halves_and_lists_every_worker_request(
     #[with(worker_config(2))] board: Board,
@@ -196,6 +199,3 @@ fn a_workers_turns_stop_at_the_hourly_ceiling(
         .context(|| board.diag(&card))
         .gap(GapKind::HourlyCeilingExceeded);
 }
-
-/// The hourly ceiling of the ceiling test: a few turns of a session.
-const CEILING: u32 = 3;
